@@ -1,0 +1,217 @@
+"""The property bodies, independent of Hypothesis so that meta-tests and replay reuse them.
+
+Each ``check_*`` takes an implementation and built inputs and either returns or
+raises :class:`~properties.diagnose.PropertyFailure` naming the rule it broke.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from hypothesis import event, target
+from hypothesis.control import currently_in_test_context
+
+from properties.cases import Inputs
+from properties.diagnose import draft_targets, explain, fail, is_named_divergence
+from properties.runner import Impl, oracle_draft_logits, oracle_tokens, run_ranks
+
+TOKEN_EXACT = "token-exact equality with the classic path"
+OUTPUT_CONTRACT = "output contract: int64 [B], identical on every rank, in range, never padding"
+TP_INVARIANCE = "TP invariance: the same head split for another tp gives the same tokens"
+ROW_INDEPENDENCE = "row independence: a row's token does not depend on the other rows"
+DETERMINISM = "determinism: the same input gives the same tokens"
+REJECTS = "bad input is rejected with a ValueError naming the problem"
+
+
+def run_checked(impl: Impl, inputs: Inputs, prop: str, tweak: Callable | None = None) -> torch.Tensor:
+    """Run on every rank and enforce the output's type, shape and agreement; return the tokens."""
+    try:
+        results, _ = run_ranks(impl, inputs, tweak)
+    except Exception as exc:  # an implementation must not raise on valid input
+        notes = "".join(getattr(exc, "__notes__", [])).strip().splitlines()[-6:]
+        fail(f"raised on valid input: {type(exc).__name__}: {exc}", notes, impl, inputs, prop)
+    want = (inputs.case.batch,)
+    for rank, out in enumerate(results):
+        if not isinstance(out, torch.Tensor) or out.dtype != torch.int64 or tuple(out.shape) != want:
+            got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+            fail(f"output contract: rank {rank} returned {got}, expected int64 {want}", [], impl, inputs, prop)
+        if not torch.equal(out, results[0]):
+            row = int((out != results[0]).nonzero()[0])
+            fail(
+                "ranks disagree on the output",
+                [f"row {row}: rank 0 returned {int(results[0][row])}, rank {rank} returned {int(out[row])}"],
+                impl,
+                inputs,
+                prop,
+            )
+    return results[0]
+
+
+def _observe(inputs: Inputs, logits: torch.Tensor) -> None:
+    """Statistics for --hypothesis-show-statistics, and steering toward near-ties."""
+    if not currently_in_test_context():
+        return
+    for plan in inputs.applied:
+        event(f"plan: {plan}")
+    values = logits.float()
+    best = values.max(dim=-1).values
+    if bool((torch.isnan(best)).any()):
+        event("a row's maximum is NaN")
+    if bool(((values == best.unsqueeze(-1)).sum(-1) >= 2).any()):
+        event("a row's maximum is tied")
+    finite = torch.where(torch.isfinite(values), values, torch.tensor(float("-inf")))
+    if finite.shape[1] >= 2:
+        top = finite.topk(2, dim=-1).values
+        gaps = (top[:, 0] - top[:, 1])[torch.isfinite(top).all(-1)]
+        if gaps.numel():
+            target(-min(float(gaps.min()), 1e6), label="negated smallest top-2 gap")
+
+
+def check_token_exact(impl: Impl, inputs: Inputs) -> None:
+    tokens = run_checked(impl, inputs, TOKEN_EXACT)
+    logits = oracle_draft_logits(inputs)
+    expected = oracle_tokens(inputs, logits)
+    _observe(inputs, logits)
+    for row in (tokens != expected).nonzero().flatten().tolist():
+        got = int(tokens[row])
+        if is_named_divergence(inputs, logits[row]) and got == int(inputs.d2t[0]):
+            if currently_in_test_context():
+                event("named divergence: all -inf row with d2t[0] != 0")
+            continue
+        rule, lines = explain(inputs, row, got)
+        fail(rule, lines, impl, inputs, TOKEN_EXACT)
+
+
+def check_output_contract(impl: Impl, inputs: Inputs) -> None:
+    tokens = run_checked(impl, inputs, OUTPUT_CONTRACT)
+    logits = oracle_draft_logits(inputs)
+    image = set(draft_targets(inputs).tolist())
+    for row, tok in enumerate(tokens.tolist()):
+        if not 0 <= tok < inputs.target_vocab:
+            rule = f"returned id out of range [0, {inputs.target_vocab})"
+        elif inputs.d2t is None and tok >= inputs.case.vocab:
+            rule = f"padding id returned: {tok} (vocab {inputs.case.vocab})"
+        elif tok not in image and not (tok == 0 and is_named_divergence(inputs, logits[row])):
+            rule = f"returned target {tok}, which no draft id maps to through d2t"
+        else:
+            continue
+        fail(rule, [f"row {row}"], impl, inputs, OUTPUT_CONTRACT)
+
+
+def _mismatch(impl: Impl, inputs: Inputs, tokens: torch.Tensor, rows: torch.Tensor, prop: str, why: str) -> None:
+    """Report the first row in ``rows`` where ``tokens`` break token equality, with ``why``."""
+    row = int(rows[0])
+    rule, lines = explain(inputs, row, int(tokens[row]))
+    fail(f"{why}; {rule}", lines, impl, inputs, prop)
+
+
+def check_tp_invariance(impl: Impl, inputs: Inputs) -> None:
+    base = run_checked(impl, inputs, TP_INVARIANCE)
+    base_oracle = oracle_tokens(inputs)
+    for tp in (1, 2, 4, 8):
+        if tp == inputs.tp:
+            continue
+        other = inputs.with_tp(tp)
+        same_oracle = oracle_tokens(other) == base_oracle  # fp matmuls of other shard shapes may round apart
+        if currently_in_test_context() and not bool(same_oracle.all()):
+            event("oracle itself changed with tp (matmul numerics); those rows skipped")
+        tokens = run_checked(impl, other, TP_INVARIANCE)
+        rows = ((tokens != base) & same_oracle).nonzero().flatten()
+        if rows.numel():
+            wrong, bad = (other, tokens) if bool((tokens[rows] != base_oracle[rows]).any()) else (inputs, base)
+            _mismatch(
+                impl,
+                wrong,
+                bad,
+                rows,
+                TP_INVARIANCE,
+                f"TP invariance: tokens differ between tp={inputs.tp} and tp={tp}",
+            )
+
+
+def check_row_independence(impl: Impl, inputs: Inputs, rows: list[int]) -> None:
+    base = run_checked(impl, inputs, ROW_INDEPENDENCE)
+    sub = inputs.with_rows(rows)
+    tokens = run_checked(impl, sub, ROW_INDEPENDENCE)
+    same_oracle = oracle_tokens(sub) == oracle_tokens(inputs)[rows]
+    bad = ((tokens != base[rows]) & same_oracle).nonzero().flatten()
+    if bad.numel():
+        i = int(bad[0])
+        fail(
+            "row independence: a row's token changed when the rest of the batch changed",
+            [f"row {rows[i]} of the full batch gave {int(base[rows[i]])}; as row {i} of {rows}, {int(tokens[i])}"],
+            impl,
+            inputs,
+            ROW_INDEPENDENCE,
+        )
+
+
+def check_determinism(impl: Impl, inputs: Inputs) -> None:
+    first = run_checked(impl, inputs, DETERMINISM)
+    second = run_checked(impl, inputs, DETERMINISM)
+    if not torch.equal(first, second):
+        row = int((first != second).nonzero()[0])
+        fail(
+            "nondeterminism: two runs on identical input differ",
+            [f"row {row}: {int(first[row])} then {int(second[row])}"],
+            impl,
+            inputs,
+            DETERMINISM,
+        )
+
+
+def _bad_d2t(kw: dict[str, Any], dup: bool) -> dict[str, Any]:
+    vocab = kw["layout"].vocab
+    d2t = torch.zeros(vocab, dtype=torch.int64) if kw["d2t"] is None else kw["d2t"].clone()
+    if dup:  # draft ids 0 and 1 share a target
+        d2t[1] = d2t[0] - 1
+    else:  # the last draft id maps below 0
+        d2t[-1] = -vocab
+    return {**kw, "d2t": d2t}
+
+
+_OTHER_DTYPE = {torch.float32: torch.bfloat16, torch.bfloat16: torch.float16, torch.float16: torch.float32}
+
+# name -> (how to break one rank's arguments, a word the error message must contain, minimal vocab)
+BAD_INPUTS: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], str, int]] = {
+    "negative scale": (lambda kw: {**kw, "scale": -abs(kw["scale"])}, "scale", 1),
+    "zero scale": (lambda kw: {**kw, "scale": 0.0}, "scale", 1),
+    "non-positive soft cap": (lambda kw: {**kw, "soft_cap": -1.0}, "soft_cap", 1),
+    "d2t target out of range": (lambda kw: _bad_d2t(kw, dup=False), "d2t", 1),
+    "d2t not injective": (lambda kw: _bad_d2t(kw, dup=True), "d2t", 2),
+    "hidden size mismatch": (lambda kw: {**kw, "hidden": kw["hidden"][:, :-1]}, "shape", 1),
+    "dtype mismatch": (lambda kw: {**kw, "weight": kw["weight"].to(_OTHER_DTYPE[kw["weight"].dtype])}, "dtype", 1),
+    "bias length mismatch": (
+        lambda kw: {**kw, "bias": torch.zeros(kw["weight"].shape[0] + 1, dtype=kw["weight"].dtype)},
+        "bias",
+        1,
+    ),
+}
+
+
+def check_rejects(impl: Impl, inputs: Inputs, bad: str) -> None:
+    """Every rank gets the broken argument; some rank must raise a ValueError naming it."""
+    tweak, word, _ = BAD_INPUTS[bad]
+    try:
+        results, _ = run_ranks(impl, inputs, tweak)
+    except ValueError as exc:
+        if word not in str(exc):
+            fail(
+                f"bad input ({bad}) rejected with an unclear message",
+                [f"{type(exc).__name__}: {exc}", f"the message should name {word!r}"],
+                impl,
+                inputs,
+                REJECTS,
+            )
+        return
+    except Exception as exc:
+        fail(f"bad input ({bad}) raised {type(exc).__name__} instead of ValueError", [str(exc)], impl, inputs, REJECTS)
+    fail(
+        f"bad input accepted: {bad}",
+        [f"rank 0 returned {results[0]!r} instead of raising ValueError"],
+        impl,
+        inputs,
+        REJECTS,
+    )

@@ -1,0 +1,57 @@
+"""Replay one case without Hypothesis: ``python -m properties.replay --impl SPEC "Case(...)"``.
+
+Prints the oracle's and the implementation's tokens and, on a mismatch, the
+rule broken.  Exits 1 while the bug is present and 0 once it is fixed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from properties.cases import Case, build
+from properties.checks import check_output_contract, check_token_exact
+from properties.diagnose import PropertyFailure
+from properties.runner import IMPL_ENV, load_impl, oracle_tokens, run_ranks
+
+
+def parse_case(text: str) -> Case:
+    """Read a ``Case(...)`` repr as printed in failure messages (nothing else is evaluated)."""
+    try:
+        case = eval(text, {"__builtins__": {}}, {"Case": Case})  # noqa: S307 - namespace holds only Case
+    except Exception as exc:
+        raise SystemExit(f"cannot read the case {text!r}: {exc}") from None
+    if not isinstance(case, Case):
+        raise SystemExit(f"expected Case(...), got {type(case).__name__}")
+    return case
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m properties.replay", description=__doc__.splitlines()[0])
+    parser.add_argument("case", help="the Case(...) repr from a failure message")
+    parser.add_argument(
+        "--impl", default=None, help=f"built-in name or MODULE:ATTR (default: ${IMPL_ENV} or vllm_pairs)"
+    )
+    args = parser.parse_args(argv)
+    impl = load_impl(args.impl or os.environ.get(IMPL_ENV) or "vllm_pairs")
+    inputs = build(parse_case(args.case))
+    print(f"implementation: {impl}\ncase: {inputs.case!r}")
+    print(f"oracle tokens:         {oracle_tokens(inputs).tolist()}")
+    try:
+        results, _ = run_ranks(impl, inputs)
+        print(f"implementation tokens: {getattr(results[0], 'tolist', lambda: results[0])()}")
+        check_output_contract(impl, inputs)
+        check_token_exact(impl, inputs)
+    except PropertyFailure as exc:
+        print(f"FAILED {exc}")
+        return 1
+    except Exception as exc:  # noqa: BLE001 - a crash is a failure too, reported plainly
+        print(f"FAILED: {type(exc).__name__}: {exc}")
+        return 1
+    print("ok: token-exact with the classic path")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Strategies draw structure (sizes, tp, plans, a seed), never tensor elements.
+
+Sizes are drawn by class so that most examples are small and fast while large
+vocabularies (up to 262144) and padding-only ranks still appear; the named edge
+cases are pinned with ``@example`` through :func:`with_edge_cases`.
+"""
+
+from __future__ import annotations
+
+from hypothesis import example
+from hypothesis import strategies as st
+
+from properties.cases import D2T_PLANS, DTYPES, PADDING_PLANS, SPECIAL_PLANS, TIE_PLANS, Case
+
+REAL_VOCABS = (32000, 32001, 128256, 151936, 262144)
+TPS = (1, 2, 4, 8)
+
+
+def _plans(names: tuple[str, ...], max_size: int) -> st.SearchStrategy[tuple[str, ...]]:
+    return st.sets(st.sampled_from(names), max_size=max_size).map(lambda s: tuple(sorted(s, key=names.index)))
+
+
+@st.composite
+def cases(draw: st.DrawFn, *, int_weights: bool = False) -> Case:
+    """Any valid :class:`Case`; ``int_weights`` keeps arithmetic exact (for invariance checks)."""
+    size = draw(st.integers(0, 99))
+    if size < 35:  # tiny: whole ranks of padding at tp >= 2
+        vocab, max_batch, max_hidden = draw(st.integers(1, 130)), 64, 32
+    elif size < 85:
+        vocab, max_batch, max_hidden = draw(st.integers(131, 4096)), 32, 32
+    elif size < 96:
+        vocab, max_batch, max_hidden = draw(st.integers(4097, 40000)), 8, 8
+    else:
+        vocab, max_batch, max_hidden = draw(st.sampled_from(REAL_VOCABS)), 2, 4
+    ties = draw(_plans(TIE_PLANS, 2))
+    specials = draw(_plans(SPECIAL_PLANS, 3))
+    soft_cap = draw(st.none() | st.sampled_from((1.0, 4.0, 30.0, 50.0)))
+    if "softcap_saturation" in ties:
+        soft_cap = draw(st.sampled_from((1.0, 2.0, 4.0, 8.0)))
+    scale = 0.5 if "signed_zero" in specials else draw(st.sampled_from((1.0, 0.5, 0.125, 3.0)))
+    d2t = draw(st.sampled_from(D2T_PLANS))
+    return Case(
+        batch=draw(st.integers(1, max_batch)),
+        hidden=draw(st.integers(3, max_hidden)),
+        vocab=vocab,
+        tp=draw(st.sampled_from(TPS)),
+        dtype=draw(st.sampled_from(tuple(DTYPES))),
+        seed=draw(st.integers(0, 2**32 - 1)),
+        weights="int" if int_weights else draw(st.sampled_from(("int", "normal"))),
+        bias=bool(specials) or draw(st.booleans()),
+        scale=scale,
+        soft_cap=soft_cap,
+        ties=ties,
+        specials=specials,
+        padding=draw(st.sampled_from(PADDING_PLANS)),
+        d2t=d2t,
+        target_extra=0 if d2t == "none" else draw(st.integers(0, 3 * vocab)),
+    )
+
+
+# The named edge cases, pinned so every run checks them first.
+EDGE_CASES = (
+    Case(batch=4, hidden=4, vocab=7, tp=2, bias=True, specials=("all_negative",)),  # rank 1 is padding only
+    Case(batch=4, hidden=4, vocab=7, tp=8, padding="above_max"),  # 7 padding-only ranks
+    Case(batch=8, hidden=6, vocab=1000, tp=4, ties=("across_ranks",), seed=1),
+    Case(batch=8, hidden=6, vocab=1000, tp=4, ties=("within_shard",), seed=2),
+    Case(batch=8, hidden=6, vocab=200, tp=2, ties=("shard_boundary",), padding="copy_max", seed=3),
+    Case(batch=4, hidden=5, vocab=300, tp=4, ties=("whole_row",), dtype="bfloat16"),
+    Case(batch=4, hidden=5, vocab=500, tp=4, ties=("softcap_saturation",), soft_cap=2.0, seed=4),
+    Case(batch=4, hidden=5, vocab=500, tp=4, bias=True, scale=0.5, specials=("signed_zero",), seed=5),
+    Case(batch=4, hidden=5, vocab=700, tp=4, bias=True, specials=("nan_ranks",), d2t="eagle3", target_extra=900),
+    Case(batch=4, hidden=5, vocab=90, tp=2, bias=True, specials=("neg_inf_rows",), d2t="zeros", target_extra=10),
+    Case(batch=4, hidden=5, vocab=300, tp=2, bias=True, specials=("subnormal", "huge"), dtype="float16", seed=6),
+    Case(batch=3, hidden=4, vocab=32001, tp=4, dtype="bfloat16", padding="nan", d2t="eagle3", target_extra=4000),
+    Case(
+        batch=2,
+        hidden=4,
+        vocab=151936,
+        tp=8,
+        dtype="bfloat16",
+        ties=("across_ranks",),
+        d2t="eagle3",
+        target_extra=20000,
+        seed=7,
+    ),
+    Case(batch=1, hidden=3, vocab=1, tp=1),
+)
+
+
+def with_edge_cases(test):
+    """Apply ``@example(case=...)`` for every pinned edge case."""
+    for case in reversed(EDGE_CASES):
+        test = example(case=case)(test)
+    return test

@@ -1,0 +1,49 @@
+"""Bad input gets a ValueError that names the problem, from every implementation."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from properties.cases import build
+from properties.checks import BAD_INPUTS, check_rejects
+from properties.strategies import cases
+from reference.checks import FLOAT_ID_LIMIT
+from sharded.layout import vocab_parallel_layout
+from sharded.simulated import run_simulated
+
+
+@given(case=cases(), bad=st.sampled_from(sorted(BAD_INPUTS)))
+def test_rejects_bad_input(impl, case, bad):
+    assume(case.vocab >= BAD_INPUTS[bad][2])
+    check_rejects(impl, build(case), bad)
+
+
+def test_ids_beyond_float32_are_exact_or_rejected(impl):
+    """At 2**24 ids or more, float32-carried ids round: return the exact id or refuse clearly."""
+    layouts = vocab_parallel_layout(FLOAT_ID_LIMIT + 3, 8)
+    winner = FLOAT_ID_LIMIT + 1  # odd, so float32 cannot hold it
+
+    def rank_fn(group):
+        lay = layouts[group.rank]
+        weight = torch.zeros(lay.size, 1)
+        if lay.start <= winner < lay.end:
+            weight[winner - lay.start, 0] = 1.0
+        return impl.fn(
+            hidden=torch.ones(1, 1),
+            weight=weight,
+            bias=None,
+            layout=lay,
+            scale=1.0,
+            soft_cap=None,
+            d2t=None,
+            group=group,
+        )
+
+    try:
+        results, _ = run_simulated(rank_fn, len(layouts))
+    except ValueError as exc:
+        assert "2**24" in str(exc), f"{impl}: rejected with an unclear message: {exc}"
+        return
+    assert int(results[0][0]) == winner, f"{impl}: id {winner} came back as {int(results[0][0])} (float-carried id?)"

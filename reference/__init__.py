@@ -1,0 +1,1 @@
+"""The oracle: the classic full-vocabulary path, independent of ``sharded/``."""

@@ -1,0 +1,78 @@
+"""The built-in local-argmax implementations and the pieces they are made of.
+
+Every implementation follows the rank-local contract in README.md: called on
+each rank with that rank's inputs and group, it returns the same int64 target
+ids ``[B]`` on every rank.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reference.checks import check_d2t, check_float_ids, check_head, check_scale
+from reference.logits import head_logits
+from sharded.group import TPGroup
+from sharded.keys import decode_ids, encode_keys
+from sharded.layout import ShardLayout
+
+
+def checked_shard_logits(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    layout: ShardLayout,
+    scale: float,
+    soft_cap: float | None,
+) -> torch.Tensor:
+    """Validate this rank's inputs and compute its ``[B, shard_rows]`` logits."""
+    check_scale(scale, soft_cap)
+    check_head(hidden, weight, bias)
+    if weight.shape[0] != layout.size:
+        raise ValueError(
+            f"rank {layout.rank}: weight shard has {weight.shape[0]} rows but the layout gives "
+            f"{layout.size} ({layout.num_real} real + {layout.num_padding} padding)"
+        )
+    return head_logits(hidden, weight, bias, scale, soft_cap)
+
+
+def local_best(logits: torch.Tensor, layout: ShardLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mask padding to ``-inf``; return each row's first local maximum and its global id."""
+    masked = logits.clone()
+    masked[:, layout.num_real :] = float("-inf")
+    values, index = masked.max(dim=-1)
+    return values, index + layout.start
+
+
+def map_d2t(ids: torch.Tensor, d2t: torch.Tensor | None, layout: ShardLayout) -> torch.Tensor:
+    """Draft ids to target ids: ``id + d2t[id]`` (identity without a table)."""
+    if d2t is None:
+        return ids
+    targets = check_d2t(d2t, layout.vocab)
+    return targets[ids]
+
+
+def pick_pairs(values: torch.Tensor, ids: torch.Tensor, group: TPGroup) -> torch.Tensor:
+    """vLLM's exchange: all-gather ``[value, id]`` as float32 pairs, take the first maximal value."""
+    pairs = torch.stack([values.float(), ids.float()], dim=-1)  # [B, 2]
+    gathered = group.all_gather(pairs)  # [tp, B, 2]
+    winner = gathered[..., 0].argmax(dim=0)  # first (lowest) rank on ties; NaN wins
+    return gathered[..., 1].gather(0, winner.unsqueeze(0)).squeeze(0).long()
+
+
+def vllm_pairs(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group) -> torch.Tensor:
+    """vLLM's ``LocalArgmaxMixin``: (float32 value, float32 id) pairs through ``all_gather``."""
+    check_float_ids(layout.padded_vocab)
+    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
+    values, ids = local_best(logits, layout)
+    return map_d2t(pick_pairs(values, ids, group), d2t, layout)
+
+
+def packed_key(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group) -> torch.Tensor:
+    """One int64 key per row and one ``all_reduce(MAX)``: O(B) bytes, independent of tp."""
+    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
+    values, ids = local_best(logits, layout)
+    best = group.all_reduce(encode_keys(values, ids), op="max")
+    return map_d2t(decode_ids(best), d2t, layout)
+
+
+BUILTINS = {"vllm_pairs": vllm_pairs, "packed_key": packed_key}

@@ -1,0 +1,22 @@
+"""README stays true: CI runs its two commands, and its example is the file the plug-in test runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_ci_runs_the_readme_commands():
+    setup, test = re.search(r"```bash\n(.+?)\n(.+?)\n```", README).groups()
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert setup in ci and test in ci.splitlines(), "README's two commands and .ci/run drifted apart"
+
+
+def test_readme_example_is_the_tested_file():
+    source = (ROOT / "examples" / "float64_pairs.py").read_text(encoding="utf-8")
+    body = source.split('"""', 2)[2].strip()
+    assert f"```python\n{body}\n```" in README, "README's example differs from examples/float64_pairs.py"
+    assert len(source.splitlines()) < 30
