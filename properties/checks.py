@@ -62,11 +62,12 @@ def _observe(inputs: Inputs, logits: torch.Tensor) -> None:
     if bool(((values == best.unsqueeze(-1)).sum(-1) >= 2).any()):
         event("a row's maximum is tied")
     finite = torch.where(torch.isfinite(values), values, torch.tensor(float("-inf")))
-    if finite.shape[1] >= 2:
+    if finite.shape[1] >= 2:  # near-ties: exact ones come from the tie plans already
         top = finite.topk(2, dim=-1).values
-        gaps = (top[:, 0] - top[:, 1])[torch.isfinite(top).all(-1)]
+        gaps = (top[:, 0] - top[:, 1]) / top[:, 0].abs()
+        gaps = gaps[torch.isfinite(gaps) & (gaps > 0)]
         if gaps.numel():
-            target(-min(float(gaps.min()), 1e6), label="negated smallest top-2 gap")
+            target(-float(gaps.min()), label="negated smallest nonzero relative top-2 gap")
 
 
 def check_token_exact(impl: Impl, inputs: Inputs) -> None:
