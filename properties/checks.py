@@ -14,8 +14,9 @@ from hypothesis import event, target
 from hypothesis.control import currently_in_test_context
 
 from properties.cases import Inputs
-from properties.diagnose import draft_targets, explain, fail, is_named_divergence
+from properties.diagnose import ImplementationHung, draft_targets, explain, fail, is_named_divergence
 from properties.runner import Impl, oracle_draft_logits, oracle_tokens, run_ranks
+from sharded.simulated import RankTimeout
 
 TOKEN_EXACT = "token-exact equality with the classic path"
 OUTPUT_CONTRACT = "output contract: int64 [B], identical on every rank, in range, never padding"
@@ -29,6 +30,8 @@ def run_checked(impl: Impl, inputs: Inputs, prop: str, tweak: Callable | None = 
     """Run on every rank and enforce the output's type, shape and agreement; return the tokens."""
     try:
         results, _ = run_ranks(impl, inputs, tweak)
+    except RankTimeout as exc:
+        fail(f"hang: {exc}", [], impl, inputs, prop, kind=ImplementationHung)
     except Exception as exc:  # an implementation must not raise on valid input
         notes = "".join(getattr(exc, "__notes__", [])).strip().splitlines()[-6:]
         fail(f"raised on valid input: {type(exc).__name__}: {exc}", notes, impl, inputs, prop)
@@ -197,6 +200,8 @@ def check_rejects(impl: Impl, inputs: Inputs, bad: str) -> None:
     tweak, word, _ = BAD_INPUTS[bad]
     try:
         results, _ = run_ranks(impl, inputs, tweak)
+    except RankTimeout as exc:
+        fail(f"hang on bad input ({bad}): {exc}", [], impl, inputs, REJECTS, kind=ImplementationHung)
     except ValueError as exc:
         if word not in str(exc):
             fail(

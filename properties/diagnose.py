@@ -14,14 +14,22 @@ class PropertyFailure(AssertionError):
     """A property broke: the message starts with the rule, then the case and how to replay it."""
 
 
+class ImplementationHung(BaseException):
+    """A rank hung or a collective timed out.
+
+    A BaseException, so that Hypothesis stops at once instead of shrinking
+    through one timeout per example; pytest still reports it as a failure.
+    """
+
+
 def replay_command(impl: object, inputs: Inputs) -> str:
     return f'python -m properties.replay --impl {impl} "{inputs.case!r}"'
 
 
-def fail(rule: str, details: list[str], impl: object, inputs: Inputs, prop: str) -> None:
+def fail(rule: str, details: list[str], impl: object, inputs: Inputs, prop: str, kind: type = PropertyFailure) -> None:
     """The single place every property failure is raised from (one bug class for Hypothesis)."""
     __tracebackhide__ = True
-    raise PropertyFailure(
+    raise kind(
         "\n".join(
             [
                 f"[{rule}]",
@@ -74,12 +82,12 @@ def explain(inputs: Inputs, row: int, got: int) -> tuple[str, list[str]]:
     chosen = int(hits[0])
     lines.append(f"row {row}: got token {got} ({_where(inputs, chosen, logits)})")
     want, have = float(logits[first]), float(logits[chosen])
-    raw = oracle_draft_logits(inputs, raw=True)[row].float()
-    if case.soft_cap is not None and float(raw[chosen]) > float(raw[first]):
-        return "soft cap applied after choosing: the chosen id wins only before the cap", lines
     if (math.isnan(want) and math.isnan(have)) or want == have:
         if want == 0.0 and math.copysign(1, want) != math.copysign(1, have):
             return "signed zero: -0.0 and +0.0 tie, and the first of them must win", lines
+        raw = oracle_draft_logits(inputs, raw=True)[row].float()
+        if case.soft_cap is not None and float(raw[chosen]) > float(raw[first]):
+            return "soft cap applied after choosing: the chosen id wins only before the cap", lines
         if chosen // size == first // size:
             return "tie within a shard resolved to a later index", lines
         return "tie across ranks resolved to the higher rank", lines

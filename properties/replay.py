@@ -10,9 +10,10 @@ import argparse
 import os
 import sys
 
+from properties import runner
 from properties.cases import Case, build
 from properties.checks import check_output_contract, check_token_exact
-from properties.diagnose import PropertyFailure
+from properties.diagnose import ImplementationHung, PropertyFailure
 from properties.runner import IMPL_ENV, load_impl, oracle_tokens, run_ranks
 
 
@@ -33,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--impl", default=None, help=f"built-in name or MODULE:ATTR (default: ${IMPL_ENV} or vllm_pairs)"
     )
+    parser.add_argument("--collective-timeout", type=float, default=runner.collective_timeout, help="seconds")
     args = parser.parse_args(argv)
+    runner.collective_timeout = args.collective_timeout
     impl = load_impl(args.impl or os.environ.get(IMPL_ENV) or "vllm_pairs")
     inputs = build(parse_case(args.case))
     print(f"implementation: {impl}\ncase: {inputs.case!r}")
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"implementation tokens: {getattr(results[0], 'tolist', lambda: results[0])()}")
         check_output_contract(impl, inputs)
         check_token_exact(impl, inputs)
-    except PropertyFailure as exc:
+    except (PropertyFailure, ImplementationHung) as exc:
         print(f"FAILED {exc}")
         return 1
     except Exception as exc:  # noqa: BLE001 - a crash is a failure too, reported plainly

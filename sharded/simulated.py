@@ -24,11 +24,15 @@ _REDUCERS = {"max": torch.maximum, "min": torch.minimum, "sum": torch.add}
 
 
 class CollectiveError(RuntimeError):
-    """A collective could not complete: timeout, a failed peer, or mismatched calls."""
+    """A collective could not complete: mismatched calls, or a peer failed."""
 
 
-class RankFailed(RuntimeError):
-    """A rank raised or hung; the message names the rank and carries its traceback."""
+class CollectiveTimeout(CollectiveError):
+    """This rank waited ``timeout`` seconds in a collective that some peer never joined."""
+
+
+class RankTimeout(RuntimeError):
+    """A rank hung, or a collective timed out; the message names the ranks."""
 
 
 class _World:
@@ -37,14 +41,15 @@ class _World:
         self.timeout = timeout
         self.barrier = threading.Barrier(world_size)
         self.slots: list[tuple[str, torch.Tensor] | None] = [None] * world_size
+        self.failed = False  # set by a rank that raised, before it aborts the barrier
 
     def _wait(self, rank: int, what: str) -> None:
         try:
             self.barrier.wait(self.timeout)
         except threading.BrokenBarrierError:
-            raise CollectiveError(
-                f"rank {rank}: {what} did not complete (a peer failed or it timed out after {self.timeout}s)"
-            ) from None
+            if self.failed:
+                raise CollectiveError(f"rank {rank}: {what} aborted because a peer failed") from None
+            raise CollectiveTimeout(f"rank {rank}: {what} timed out after {self.timeout}s") from None
 
     def exchange(self, rank: int, what: str, tensor: torch.Tensor) -> list[torch.Tensor]:
         self.slots[rank] = (what, tensor.detach().clone())
@@ -89,8 +94,8 @@ def run_simulated(
     """Run ``rank_fn(group)`` on every rank concurrently; return results and groups in rank order.
 
     If a rank raises, its exception is re-raised (the lowest such rank's, with a
-    note naming it and its traceback); if a rank is still running after the
-    timeout, :class:`RankFailed` names it.
+    note naming it and its traceback); if a rank hangs or a collective times
+    out, :class:`RankTimeout` names the ranks.
     """
     world = _World(world_size, timeout)
     groups = [SimGroup(world, r) for r in range(world_size)]
@@ -101,6 +106,8 @@ def run_simulated(
         try:
             results[rank] = rank_fn(groups[rank])
         except BaseException as exc:  # noqa: BLE001 - reported to the caller below
+            if not isinstance(exc, CollectiveError):
+                world.failed = True
             exc.add_note(f"raised on rank {rank} of {world_size}:\n{traceback.format_exc()}")
             errors[rank] = exc
             world.barrier.abort()
@@ -115,11 +122,15 @@ def run_simulated(
     hung = [r for r, t in enumerate(threads) if t.is_alive()]
     if hung:
         world.barrier.abort()
-        raise RankFailed(
-            f"rank(s) {hung} of {world_size} still running after {2 * timeout}s: hung outside a collective"
-        )
+        raise RankTimeout(f"rank(s) {hung} of {world_size} still running after {2 * timeout}s, outside any collective")
+    primary = {r: e for r, e in errors.items() if not isinstance(e, CollectiveError) or "mismatched" in str(e)}
+    if primary:
+        raise errors[min(primary)]
     if errors:
-        primary = {r: e for r, e in errors.items() if not isinstance(e, CollectiveError) or "mismatched" in str(e)}
-        rank = min(primary or errors)
-        raise errors[rank]
+        waited = sorted(errors)
+        absent = [r for r in range(world_size) if r not in errors]
+        raise RankTimeout(
+            f"a collective timed out after {timeout}s: rank(s) {waited} waited in it, "
+            f"rank(s) {absent} of {world_size} never joined (returned early or called another collective)"
+        )
     return results, groups

@@ -10,7 +10,7 @@ import torch
 
 from reference.checks import check_d2t, check_scale
 from sharded.keys import decode_ids, encode_keys
-from sharded.local_argmax import checked_shard_logits, local_best, map_d2t, pick_pairs
+from sharded.local_argmax import checked_shard_logits, local_best, map_d2t, pick_pairs, vllm_pairs
 
 
 def no_padding_mask(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
@@ -85,6 +85,18 @@ def scale_sign_ignored(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None
     return map_d2t(pick_pairs(*local_best(logits, layout), group), d2t, layout)
 
 
+def last_rank_skips_the_exchange(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    if group.rank == group.world_size - 1:
+        return torch.zeros(hidden.shape[0], dtype=torch.int64)  # its peers wait in all_gather
+    return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+
+
+def rank_one_raises(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    if group.rank == 1:
+        raise RuntimeError("rank 1 lost its shard")
+    return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+
+
 # broken implementation -> the words its failure message must contain
 EXPECTED_RULES = {
     "no_padding_mask": "padding id returned",
@@ -97,4 +109,6 @@ EXPECTED_RULES = {
     "key_without_nan_canon": "NaN not treated as the maximum",
     "d2t_skipped": "d2t mapping skipped",
     "scale_sign_ignored": "bad input accepted",
+    "last_rank_skips_the_exchange": "rank(s) [0] waited in it",
+    "rank_one_raises": "raised on valid input: RuntimeError: rank 1 lost its shard",
 }

@@ -11,9 +11,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_suite(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "TPARGMAX_IMPL"}
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "--hypothesis-profile", "dev", *args]
+def run_suite(*args: str, profile: str | None = "dev", **env: str) -> subprocess.CompletedProcess:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TPARGMAX_")}, **env}
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", *args]
+    if profile:
+        cmd += ["--hypothesis-profile", profile]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -38,3 +40,38 @@ def test_unknown_impl_is_a_usage_error():
     out = run_suite("--impl", "no_such_module:fn", "properties/test_equivalence.py")
     assert out.returncode == 4
     assert "--impl 'no_such_module:fn': cannot load it" in out.stderr
+
+
+def test_a_hanging_implementation_fails_fast_naming_the_rank():
+    out = run_suite(
+        "--impl",
+        "tests.broken:last_rank_skips_the_exchange",
+        "--collective-timeout",
+        "0.5",
+        "properties/test_equivalence.py",
+        "-k",
+        "token_exact",
+    )
+    assert out.returncode == 1, out.stdout[-3000:]
+    assert "never joined" in out.stdout and "ImplementationHung: [hang:" in out.stdout
+
+
+def test_xfails_file_marks_known_failures(tmp_path):
+    xfails = tmp_path / "xfails.txt"
+    xfails.write_text("test_token_exact[tests.broken:d2t_skipped]  # we map d2t later, outside the reduction\n")
+    args = ["--impl", "tests.broken:d2t_skipped", "properties/test_equivalence.py", "-k", "token_exact", "-rx"]
+    out = run_suite(*args, "--xfails-file", str(xfails))
+    assert out.returncode == 0 and "1 xfailed" in out.stdout and "we map d2t later" in out.stdout, out.stdout
+    xfails.write_text("test_token_exact\n")
+    out = run_suite(*args, TPARGMAX_XFAILS=str(xfails))
+    assert out.returncode == 4 and "give a reason after '#'" in out.stderr
+
+
+def test_ci_profile_is_the_default_under_ci_and_dev_otherwise():
+    for ci, profile in (("true", "ci"), (None, "dev")):
+        env = {k: v for k, v in os.environ.items() if k not in ("CI", "GITHUB_ACTIONS")}
+        if ci:
+            env["CI"] = ci
+        cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", "--collect-only", "properties/test_torch_semantics.py"]
+        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert f"hypothesis profile: {profile}" in out.stdout, out.stdout
