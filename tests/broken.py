@@ -6,6 +6,9 @@ have, written from the same pieces as the built-ins so that only the bug differs
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
+
 import torch
 
 from reference.checks import check_d2t, check_scale
@@ -85,6 +88,22 @@ def scale_sign_ignored(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None
     return map_d2t(pick_pairs(*local_best(logits, layout), group), d2t, layout)
 
 
+def batched_path_differs(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """Correct for one row (a decode-only path), highest rank on ties for batches."""
+    impl = vllm_pairs if hidden.shape[0] == 1 else highest_rank_wins
+    return impl(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+
+
+_calls: Counter[str] = Counter()
+
+
+def alternating_tie_break(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """Every other call on a rank breaks cross-rank ties toward the highest rank."""
+    _calls[threading.current_thread().name] += 1
+    impl = highest_rank_wins if _calls[threading.current_thread().name] % 2 else vllm_pairs
+    return impl(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+
+
 def last_rank_skips_the_exchange(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
     if group.rank == group.world_size - 1:
         return torch.zeros(hidden.shape[0], dtype=torch.int64)  # its peers wait in all_gather
@@ -97,7 +116,7 @@ def rank_one_raises(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d
     return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
 
 
-# broken implementation -> the words its failure message must contain
+# broken implementation -> the words its failure under test_token_exact or test_rejects_bad_input must contain
 EXPECTED_RULES = {
     "no_padding_mask": "padding id returned",
     "last_index_in_shard": "tie within a shard resolved to a later index",

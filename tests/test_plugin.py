@@ -6,17 +6,8 @@ import os
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_suite(*args: str, profile: str | None = "dev", **env: str) -> subprocess.CompletedProcess:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TPARGMAX_")}, **env}
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", *args]
-    if profile:
-        cmd += ["--hypothesis-profile", profile]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+from tests.suite import ROOT, run_suite
 
 
 def test_readme_example_implementation_passes():

@@ -1,7 +1,10 @@
-"""The suite proves its power: every shipped broken implementation is caught under ``ci``.
+"""The suite proves its power: every property fails on a deliberately broken implementation.
 
-Each broken implementation runs through the same checks, strategies and pinned
-edge cases as the real suite; the failure must name the rule that it breaks.
+Every broken implementation in tests/broken.py runs in-process through the
+token-exact and bad-input checks with the ``ci`` profile's strategies and
+pinned edge cases, and must fail for the rule it breaks. The other properties
+run as the real suite does, in a subprocess with ``--impl``, each against a
+broken implementation it must catch.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +22,9 @@ from properties.checks import BAD_INPUTS, check_rejects, check_token_exact
 from properties.diagnose import ImplementationHung, PropertyFailure
 from properties.runner import load_impl
 from properties.strategies import cases, with_edge_cases
+from properties.test_torch_semantics import check_argmax
 from tests.broken import EXPECTED_RULES
+from tests.suite import run_suite
 
 CAUGHT_BY = settings(
     settings.get_profile("ci"),
@@ -61,3 +67,38 @@ def test_broken_implementation_is_caught(name, monkeypatch):
     assert message, f"tests.broken:{name} passed every property: the suite lost its power"
     assert EXPECTED_RULES[name] in message, f"caught, but not for {EXPECTED_RULES[name]!r}:\n{message}"
     assert "replay: python -m properties.replay --impl tests.broken:" in message
+
+
+# (test in properties/, broken implementation it must catch, words its failure output must contain)
+SUITE_CATCHES = [
+    ("test_output_contract", "no_padding_mask", "padding id returned"),
+    ("test_tp_invariance", "highest_rank_wins", "TP invariance: tokens differ between"),
+    ("test_row_independence", "batched_path_differs", "row independence: a row's token changed"),
+    ("test_determinism", "alternating_tie_break", "nondeterminism: two runs on identical input differ"),
+    ("test_all_neg_inf_row_with_offset_d2t", "highest_rank_wins", "the local path returns d2t[0]"),
+    ("test_ids_beyond_float32_are_exact_or_rejected", "ids_in_bf16", "came back as 16777216"),
+]
+
+
+@pytest.mark.parametrize("test, name, words", SUITE_CATCHES, ids=[f"{t}-{n}" for t, n, _ in SUITE_CATCHES])
+def test_property_fails_on_a_broken_implementation(test, name, words):
+    out = run_suite("properties", "-k", test, "--impl", f"tests.broken:{name}", profile="ci")
+    assert out.returncode == 1, f"{test} passed on tests.broken:{name}:\n{out.stdout[-3000:]}{out.stderr[-2000:]}"
+    assert words in out.stdout, out.stdout[-5000:]
+
+
+def last_index_argmax(t):
+    return int(t.shape[0] - 1 - torch.argmax(t.flip(0)))
+
+
+def test_torch_semantics_property_fails_on_a_last_index_argmax():
+    @CAUGHT_BY
+    @given(
+        row=st.lists(st.sampled_from([0.0, -0.0, 1.0, float("nan")]), min_size=1, max_size=8),
+        dtype=st.sampled_from(["float32", "bfloat16"]),
+    )
+    def semantics(row, dtype):
+        check_argmax(last_index_argmax, row, dtype)
+
+    with pytest.raises(AssertionError, match="the first maximum is"):
+        semantics()

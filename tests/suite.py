@@ -1,0 +1,19 @@
+"""Run the suite in a subprocess, as a user would from the checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_suite(*args: str, profile: str | None = "dev", **env: str) -> subprocess.CompletedProcess:
+    """``python -m pytest -p no:xdist -q ARGS`` in the checkout, without the caller's TPARGMAX_* settings."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TPARGMAX_")}, **env}
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", *args]
+    if profile:
+        cmd += ["--hypothesis-profile", profile]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
