@@ -1,8 +1,9 @@
 """pytest options and fixtures: which implementation is under test, and collective timeouts.
 
 ``--impl SPEC`` (or ``TPARGMAX_IMPL``) selects one implementation: a built-in
-short name or ``MODULE:ATTR``.  Without it every built-in is tested, each as a
-readable test id such as ``test_token_exact[packed_key]``.
+short name or ``MODULE:ATTR``; without it both local paths are tested.
+``--backend`` picks where the ranks run.  Test ids read like
+``test_token_exact[packed_key-gloo]``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from hypothesis._settings import is_in_ci
 
 import properties.profiles  # noqa: F401 - registers dev, ci and nightly
 from properties import runner
-from sharded.local_argmax import BUILTINS
+from sharded.impls import IMPL_ENV, load_impl
+from sharded.local_argmax import BUILTINS, DEFAULT_IMPLS
+from sharded.pool import close_all_pools
 
 # Two xdist workers on two cores: one intra-op thread each keeps them from fighting.
 torch.set_num_threads(1)
@@ -26,14 +29,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("tpargmax")
     group.addoption(
         "--impl",
-        default=os.environ.get(runner.IMPL_ENV),
+        default=os.environ.get(IMPL_ENV),
         help=f"implementation under test: one of {sorted(BUILTINS)} or MODULE:ATTR "
-        f"(default: every built-in; env {runner.IMPL_ENV})",
+        f"(default: {', '.join(DEFAULT_IMPLS)}; env {IMPL_ENV})",
     )
     group.addoption(
         "--xfails-file",
         default=os.environ.get("TPARGMAX_XFAILS"),
         help="known failures of your implementation: lines of 'TEST-ID-SUBSTRING  # reason' (env TPARGMAX_XFAILS)",
+    )
+    group.addoption(
+        "--backend",
+        default="sim,gloo",
+        help="comma-separated backends the properties run on: sim (threads), gloo (process pool) (default %(default)s)",
+    )
+    group.addoption(
+        "--gloo-tps",
+        default=None,
+        help="tp sizes of the gloo pools (default 2,4; 2,4,8 under the nightly profile)",
     )
     group.addoption(
         "--collective-timeout",
@@ -45,19 +58,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     runner.collective_timeout = config.getoption("collective_timeout")
-    spec = config.getoption("impl")
-    try:
-        config.tpargmax_impls = [runner.load_impl(s) for s in ([spec] if spec else sorted(BUILTINS))]
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
     if config.getoption("hypothesis_profile", None) is None and not is_in_ci():
         settings.load_profile("dev")
+    nightly = config.getoption("hypothesis_profile", None) == "nightly"
+    runner.gloo_tps = _ints(config.getoption("gloo_tps") or ("2,4,8" if nightly else "2,4"), "--gloo-tps")
+    config.tpargmax_backends = [b.strip() for b in config.getoption("backend").split(",") if b.strip()]
+    unknown = set(config.tpargmax_backends) - set(runner.BACKENDS)
+    if unknown or not config.tpargmax_backends:
+        raise pytest.UsageError(f"--backend: choose from {', '.join(runner.BACKENDS)}, got {sorted(unknown)}")
+    spec = config.getoption("impl")
+    try:
+        config.tpargmax_impls = [load_impl(s) for s in ([spec] if spec else DEFAULT_IMPLS)]
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise pytest.UsageError(f"{option}: expected comma-separated ints, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise pytest.UsageError(f"{option}: sizes must be >= 1, got {text!r}")
+    return values
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    close_all_pools()  # no rank process outlives the run
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     spec = config.getoption("impl")
     return [
-        f"tpargmax: implementation under test: {spec or 'all built-ins ' + str(sorted(BUILTINS))}; "
+        f"tpargmax: implementation under test: {spec or ', '.join(DEFAULT_IMPLS)}; "
+        f"backends: {', '.join(config.tpargmax_backends)} (gloo tps {runner.gloo_tps}); "
         f"hypothesis profile: {settings.get_current_profile_name()}"
     ]
 
@@ -66,6 +100,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "impl" in metafunc.fixturenames:
         impls = metafunc.config.tpargmax_impls
         metafunc.parametrize("impl", impls, ids=[i.spec for i in impls])
+    if "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", metafunc.config.tpargmax_backends)
 
 
 def read_xfails(path: str) -> list[tuple[str, str]]:

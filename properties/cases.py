@@ -104,6 +104,7 @@ class Inputs:
     d2t: torch.Tensor | None
     target_vocab: int
     applied: tuple[str, ...]
+    backend: str = "sim"  # where the ranks run: see properties.runner.BACKENDS
 
     @property
     def tp(self) -> int:

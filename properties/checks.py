@@ -15,7 +15,8 @@ from hypothesis.control import currently_in_test_context
 
 from properties.cases import Inputs
 from properties.diagnose import ImplementationHung, draft_targets, explain, fail, is_named_divergence
-from properties.runner import Impl, oracle_draft_logits, oracle_tokens, run_ranks
+from properties.runner import backend_tps, oracle_draft_logits, oracle_tokens, run_ranks
+from sharded.impls import Impl
 from sharded.simulated import RankTimeout
 
 TOKEN_EXACT = "token-exact equality with the classic path"
@@ -114,7 +115,7 @@ def _mismatch(impl: Impl, inputs: Inputs, tokens: torch.Tensor, rows: torch.Tens
 def check_tp_invariance(impl: Impl, inputs: Inputs) -> None:
     base = run_checked(impl, inputs, TP_INVARIANCE)
     base_oracle = oracle_tokens(inputs)
-    for tp in (1, 2, 4, 8):
+    for tp in backend_tps(inputs.backend):
         if tp == inputs.tp:
             continue
         other = inputs.with_tp(tp)

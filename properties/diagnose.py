@@ -9,6 +9,8 @@ import torch
 from properties.cases import Inputs
 from properties.runner import oracle_draft_logits
 
+_GROUPS = {"sim": "a simulated group", "gloo": "a gloo process group"}
+
 
 class PropertyFailure(AssertionError):
     """A property broke: the message starts with the rule, then the case and how to replay it."""
@@ -23,7 +25,7 @@ class ImplementationHung(BaseException):
 
 
 def replay_command(impl: object, inputs: Inputs) -> str:
-    return f'python -m properties.replay --impl {impl} "{inputs.case!r}"'
+    return f'python -m properties.replay --impl {impl} --backend {inputs.backend} "{inputs.case!r}"'
 
 
 def fail(rule: str, details: list[str], impl: object, inputs: Inputs, prop: str, kind: type = PropertyFailure) -> None:
@@ -34,7 +36,7 @@ def fail(rule: str, details: list[str], impl: object, inputs: Inputs, prop: str,
             [
                 f"[{rule}]",
                 f"  property: {prop}",
-                f"  implementation: {impl} on a simulated group of tp={inputs.tp}",
+                f"  implementation: {impl} on {_GROUPS[inputs.backend]} of tp={inputs.tp}",
                 *(f"  {d}" for d in details),
                 f"  applied plans: {', '.join(inputs.applied) or 'none'}",
                 f"  case: {inputs.case!r}",

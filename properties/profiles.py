@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-CI_EXAMPLES = 400
+CI_EXAMPLES = 300
 
 settings.register_profile(
     "dev",

@@ -11,10 +11,11 @@ import os
 import sys
 
 from properties import runner
-from properties.cases import Case, build
+from properties.cases import Case
 from properties.checks import check_output_contract, check_token_exact
 from properties.diagnose import ImplementationHung, PropertyFailure
-from properties.runner import IMPL_ENV, load_impl, oracle_tokens, run_ranks
+from properties.runner import oracle_tokens, run_ranks
+from sharded.impls import IMPL_ENV, load_impl
 
 
 def parse_case(text: str) -> Case:
@@ -34,12 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--impl", default=None, help=f"built-in name or MODULE:ATTR (default: ${IMPL_ENV} or vllm_pairs)"
     )
+    parser.add_argument("--backend", choices=runner.BACKENDS, default="sim", help="where the ranks run")
     parser.add_argument("--collective-timeout", type=float, default=runner.collective_timeout, help="seconds")
     args = parser.parse_args(argv)
     runner.collective_timeout = args.collective_timeout
     impl = load_impl(args.impl or os.environ.get(IMPL_ENV) or "vllm_pairs")
-    inputs = build(parse_case(args.case))
-    print(f"implementation: {impl}\ncase: {inputs.case!r}")
+    inputs = runner.prepare(parse_case(args.case), args.backend)
+    print(f"implementation: {impl} on {args.backend}, tp={inputs.tp}\ncase: {inputs.case!r}")
     print(f"oracle tokens:         {oracle_tokens(inputs).tolist()}")
     try:
         results, _ = run_ranks(impl, inputs)

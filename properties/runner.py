@@ -1,51 +1,38 @@
-"""Run an implementation on every rank of a simulated group, and the oracle, on built inputs."""
+"""Run an implementation on every rank (simulated threads or a gloo process pool), and the oracle."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 import torch
 
-from properties.cases import Inputs
+from properties.cases import Case, Inputs, build
 from reference.oracle import draft_logits, tokens_from_draft_logits
-from sharded.local_argmax import BUILTINS
-from sharded.simulated import DEFAULT_TIMEOUT, SimGroup, run_simulated
+from sharded.group import Traffic
+from sharded.impls import Impl
+from sharded.pool import RankPool
+from sharded.simulated import DEFAULT_TIMEOUT, run_simulated
 
-IMPL_ENV = "TPARGMAX_IMPL"
-
-
-@dataclass(frozen=True)
-class Impl:
-    """An implementation under test and the spec that names it (for replay commands)."""
-
-    spec: str
-    fn: Callable[..., torch.Tensor]
-
-    def __str__(self) -> str:
-        return self.spec
-
-
-def load_impl(spec: str) -> Impl:
-    """A built-in short name (``vllm_pairs``, ``packed_key``) or ``package.module:attr``."""
-    if spec in BUILTINS:
-        return Impl(spec, BUILTINS[spec])
-    module, sep, attr = spec.partition(":")
-    if not sep or not module or not attr:
-        raise ValueError(f"--impl {spec!r}: use a built-in name {sorted(BUILTINS)} or MODULE:ATTR")
-    try:
-        fn = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"--impl {spec!r}: cannot load it: {exc}") from exc
-    if not callable(fn):
-        raise ValueError(f"--impl {spec!r}: {attr} is not callable")
-    return Impl(spec, fn)
-
-
-# Seconds a collective may wait; conftest sets it from --collective-timeout.
+# Set by conftest from --collective-timeout and --gloo-tps.
 collective_timeout = DEFAULT_TIMEOUT
+gloo_tps: tuple[int, ...] = (2, 4)
+
+BACKENDS = ("sim", "gloo")
+_pools: dict[int, RankPool] = {}
+
+
+def backend_tps(backend: str) -> tuple[int, ...]:
+    return gloo_tps if backend == "gloo" else (1, 2, 4, 8)
+
+
+def prepare(case: Case, backend: str = "sim") -> Inputs:
+    """Build ``case`` for ``backend``, moving its tp to the nearest one the backend runs."""
+    tps = backend_tps(backend)
+    if case.tp not in tps:
+        case = replace(case, tp=min(tps, key=lambda tp: (abs(tp - case.tp), tp)))
+    return replace(build(case), backend=backend)
 
 
 def rank_kwargs(inputs: Inputs, rank: int) -> dict[str, Any]:
@@ -62,16 +49,27 @@ def rank_kwargs(inputs: Inputs, rank: int) -> dict[str, Any]:
     }
 
 
+def gloo_pool(world_size: int) -> RankPool:
+    """This process's pool of gloo ranks of that size, started on first use and after a fault."""
+    pool = _pools.get(world_size)
+    if pool is None or not pool.alive or pool.timeout != collective_timeout:
+        if pool is not None:
+            pool.close()
+        pool = _pools[world_size] = RankPool(world_size, backend="gloo", timeout=collective_timeout)
+    return pool
+
+
 def run_ranks(
     impl: Impl, inputs: Inputs, tweak: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-) -> tuple[list[object], list[SimGroup]]:
-    """Call ``impl`` on every rank of a simulated group; ``tweak`` edits each rank's arguments."""
-
-    def rank_fn(group: SimGroup) -> object:
-        kwargs = rank_kwargs(inputs, group.rank)
-        return impl.fn(**(tweak(kwargs) if tweak else kwargs), group=group)
-
-    return run_simulated(rank_fn, inputs.tp, collective_timeout)
+) -> tuple[list[object], list[Traffic]]:
+    """Call ``impl`` on every rank of ``inputs.backend``; ``tweak`` edits each rank's arguments."""
+    per_rank = [rank_kwargs(inputs, r) for r in range(inputs.tp)]
+    if tweak is not None:
+        per_rank = [tweak(kwargs) for kwargs in per_rank]
+    if inputs.backend == "gloo":
+        return gloo_pool(inputs.tp).run(impl.spec, per_rank)
+    results, groups = run_simulated(lambda g: impl.fn(**per_rank[g.rank], group=g), inputs.tp, collective_timeout)
+    return results, [g.traffic for g in groups]
 
 
 def oracle_tokens(inputs: Inputs, logits: torch.Tensor | None = None) -> torch.Tensor:

@@ -13,9 +13,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties.cases import Case, build
+from properties.cases import Case
 from properties.checks import run_checked
-from properties.runner import oracle_tokens
+from properties.runner import oracle_tokens, prepare
 
 PROP = "named divergence on all -inf rows"
 
@@ -26,7 +26,7 @@ PROP = "named divergence on all -inf rows"
     extra=st.integers(1, 500),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_all_neg_inf_row_with_offset_d2t(impl, vocab, tp, extra, seed):
+def test_all_neg_inf_row_with_offset_d2t(impl, backend, vocab, tp, extra, seed):
     case = Case(
         batch=3,
         hidden=4,
@@ -38,7 +38,7 @@ def test_all_neg_inf_row_with_offset_d2t(impl, vocab, tp, extra, seed):
         d2t="eagle3",
         target_extra=extra,
     )
-    inputs = build(case)
+    inputs = prepare(case, backend)
     inputs.hidden[:, 1] = float("inf")  # every row all -inf
     d2t0 = int(inputs.d2t[0])
     if d2t0 == 0:  # make the divergence visible: shift every draft id one target up

@@ -5,7 +5,6 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties.cases import build
 from properties.checks import (
     check_determinism,
     check_output_contract,
@@ -13,32 +12,33 @@ from properties.checks import (
     check_token_exact,
     check_tp_invariance,
 )
+from properties.runner import prepare
 from properties.strategies import cases, with_edge_cases
 
 
 @with_edge_cases
 @given(case=cases())
-def test_token_exact(impl, case):
-    check_token_exact(impl, build(case))
+def test_token_exact(impl, backend, case):
+    check_token_exact(impl, prepare(case, backend))
 
 
 @with_edge_cases
 @given(case=cases())
-def test_output_contract(impl, case):
-    check_output_contract(impl, build(case))
+def test_output_contract(impl, backend, case):
+    check_output_contract(impl, prepare(case, backend))
 
 
 @given(case=cases(int_weights=True))
-def test_tp_invariance(impl, case):
-    check_tp_invariance(impl, build(case))
+def test_tp_invariance(impl, backend, case):
+    check_tp_invariance(impl, prepare(case, backend))
 
 
 @given(case=cases(int_weights=True), data=st.data())
-def test_row_independence(impl, case, data):
+def test_row_independence(impl, backend, case, data):
     rows = data.draw(st.lists(st.integers(0, case.batch - 1), min_size=1, max_size=case.batch), label="rows")
-    check_row_independence(impl, build(case), rows)
+    check_row_independence(impl, prepare(case, backend), rows)
 
 
 @given(case=cases())
-def test_determinism(impl, case):
-    check_determinism(impl, build(case))
+def test_determinism(impl, backend, case):
+    check_determinism(impl, prepare(case, backend))

@@ -6,8 +6,8 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from properties.cases import build
 from properties.checks import BAD_INPUTS, check_rejects
+from properties.runner import prepare
 from properties.strategies import cases
 from reference.checks import FLOAT_ID_LIMIT
 from sharded.layout import vocab_parallel_layout
@@ -15,9 +15,9 @@ from sharded.simulated import run_simulated
 
 
 @given(case=cases(), bad=st.sampled_from(sorted(BAD_INPUTS)))
-def test_rejects_bad_input(impl, case, bad):
+def test_rejects_bad_input(impl, backend, case, bad):
     assume(case.vocab >= BAD_INPUTS[bad][2])
-    check_rejects(impl, build(case), bad)
+    check_rejects(impl, prepare(case, backend), bad)
 
 
 def test_ids_beyond_float32_are_exact_or_rejected(impl):

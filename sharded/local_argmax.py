@@ -75,4 +75,18 @@ def packed_key(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=No
     return map_d2t(decode_ids(best), d2t, layout)
 
 
-BUILTINS = {"vllm_pairs": vllm_pairs, "packed_key": packed_key}
+def classic_gather(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group) -> torch.Tensor:
+    """The classic path as a rank-local implementation: all-gather every logit, O(B * V_padded) bytes.
+
+    It maps the full-row argmax through d2t like the local paths do (the contract
+    carries no target vocabulary to scatter into), so it shares their answer on
+    all ``-inf`` rows.  Used for communication accounting and the benchmark.
+    """
+    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
+    gathered = group.all_gather(logits)  # [tp, B, shard]
+    full = gathered.permute(1, 0, 2).reshape(logits.shape[0], -1)[:, : layout.vocab]
+    return map_d2t(full.argmax(dim=-1), d2t, layout)
+
+
+BUILTINS = {"vllm_pairs": vllm_pairs, "packed_key": packed_key, "classic_gather": classic_gather}
+DEFAULT_IMPLS = ("packed_key", "vllm_pairs")  # the local paths: what the suite tests unless told otherwise

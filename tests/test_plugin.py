@@ -17,7 +17,15 @@ def test_readme_example_implementation_passes():
 
 
 def test_a_wrong_implementation_fails_with_rule_case_and_replay():
-    out = run_suite("--impl", "tests.broken:highest_rank_wins", "properties/test_equivalence.py", "-k", "token_exact")
+    out = run_suite(
+        "--impl",
+        "tests.broken:highest_rank_wins",
+        "--backend",
+        "sim",
+        "properties/test_equivalence.py",
+        "-k",
+        "token_exact",
+    )
     assert out.returncode == 1, out.stdout[-3000:]
     assert "[tie across ranks resolved to the higher rank]" in out.stdout
     assert "replay: python -m properties.replay --impl tests.broken:highest_rank_wins" in out.stdout
@@ -49,8 +57,9 @@ def test_a_hanging_implementation_fails_fast_naming_the_rank():
 
 def test_xfails_file_marks_known_failures(tmp_path):
     xfails = tmp_path / "xfails.txt"
-    xfails.write_text("test_token_exact[tests.broken:d2t_skipped]  # we map d2t later, outside the reduction\n")
+    xfails.write_text("test_token_exact[tests.broken:d2t_skipped  # we map d2t later, outside the reduction\n")
     args = ["--impl", "tests.broken:d2t_skipped", "properties/test_equivalence.py", "-k", "token_exact", "-rx"]
+    args += ["--backend", "sim"]
     out = run_suite(*args, "--xfails-file", str(xfails))
     assert out.returncode == 0 and "1 xfailed" in out.stdout and "we map d2t later" in out.stdout, out.stdout
     xfails.write_text("test_token_exact\n")
