@@ -66,6 +66,8 @@ def pytest_configure(config: pytest.Config) -> None:
     unknown = set(config.tpargmax_backends) - set(runner.BACKENDS)
     if unknown or not config.tpargmax_backends:
         raise pytest.UsageError(f"--backend: choose from {', '.join(runner.BACKENDS)}, got {sorted(unknown)}")
+    if "torchrun" in config.tpargmax_backends and runner.torchrun_job is None:
+        raise pytest.UsageError("--backend torchrun: start the suite with torchrun -m properties.torchrun")
     spec = config.getoption("impl")
     try:
         config.tpargmax_impls = [load_impl(s) for s in ([spec] if spec else DEFAULT_IMPLS)]

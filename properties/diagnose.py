@@ -9,7 +9,7 @@ import torch
 from properties.cases import Inputs
 from properties.runner import oracle_draft_logits
 
-_GROUPS = {"sim": "a simulated group", "gloo": "a gloo process group"}
+_GROUPS = {"sim": "a simulated group", "gloo": "a gloo process group", "torchrun": "the torchrun job's group"}
 
 
 class PropertyFailure(AssertionError):
@@ -25,7 +25,8 @@ class ImplementationHung(BaseException):
 
 
 def replay_command(impl: object, inputs: Inputs) -> str:
-    return f'python -m properties.replay --impl {impl} --backend {inputs.backend} "{inputs.case!r}"'
+    backend = "gloo" if inputs.backend == "torchrun" else inputs.backend  # replay a torchrun find on a local pool
+    return f'python -m properties.replay --impl {impl} --backend {backend} "{inputs.case!r}"'
 
 
 def fail(rule: str, details: list[str], impl: object, inputs: Inputs, prop: str, kind: type = PropertyFailure) -> None:

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--impl", default=None, help=f"built-in name or MODULE:ATTR (default: ${IMPL_ENV} or vllm_pairs)"
     )
-    parser.add_argument("--backend", choices=runner.BACKENDS, default="sim", help="where the ranks run")
+    parser.add_argument("--backend", choices=("sim", "gloo"), default="sim", help="where the ranks run")
     parser.add_argument("--collective-timeout", type=float, default=runner.collective_timeout, help="seconds")
     args = parser.parse_args(argv)
     runner.collective_timeout = args.collective_timeout

@@ -19,11 +19,14 @@ from sharded.simulated import DEFAULT_TIMEOUT, run_simulated
 collective_timeout = DEFAULT_TIMEOUT
 gloo_tps: tuple[int, ...] = (2, 4)
 
-BACKENDS = ("sim", "gloo")
+BACKENDS = ("sim", "gloo", "torchrun")
 _pools: dict[int, RankPool] = {}
+torchrun_job = None  # the TorchrunJob when properties.torchrun runs this process as rank 0
 
 
 def backend_tps(backend: str) -> tuple[int, ...]:
+    if backend == "torchrun":
+        return (torchrun_job.world_size,)
     return gloo_tps if backend == "gloo" else (1, 2, 4, 8)
 
 
@@ -68,6 +71,8 @@ def run_ranks(
         per_rank = [tweak(kwargs) for kwargs in per_rank]
     if inputs.backend == "gloo":
         return gloo_pool(inputs.tp).run(impl.spec, per_rank)
+    if inputs.backend == "torchrun":
+        return torchrun_job.run(impl.spec, per_rank)
     results, groups = run_simulated(lambda g: impl.fn(**per_rank[g.rank], group=g), inputs.tp, collective_timeout)
     return results, [g.traffic for g in groups]
 

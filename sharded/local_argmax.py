@@ -36,10 +36,14 @@ def checked_shard_logits(
 
 
 def local_best(logits: torch.Tensor, layout: ShardLayout) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mask padding to ``-inf``; return each row's first local maximum and its global id."""
-    masked = logits.clone()
-    masked[:, layout.num_real :] = float("-inf")
-    values, index = masked.max(dim=-1)
+    """Each row's first maximum over the real columns only (padding never competes), and its global id.
+
+    A rank of padding only offers ``-inf`` at its first id, which loses every tie to a lower rank.
+    """
+    if layout.num_real == 0:
+        values = logits.new_full(logits.shape[:1], float("-inf"))
+        return values, torch.full_like(values, layout.start, dtype=torch.int64)
+    values, index = logits[:, : layout.num_real].max(dim=-1)
     return values, index + layout.start
 
 
@@ -59,34 +63,40 @@ def pick_pairs(values: torch.Tensor, ids: torch.Tensor, group: TPGroup) -> torch
     return gathered[..., 1].gather(0, winner.unsqueeze(0)).squeeze(0).long()
 
 
-def vllm_pairs(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group) -> torch.Tensor:
+def reduce_pairs(logits: torch.Tensor, layout: ShardLayout, group: TPGroup) -> torch.Tensor:
     """vLLM's ``LocalArgmaxMixin``: (float32 value, float32 id) pairs through ``all_gather``."""
     check_float_ids(layout.padded_vocab)
-    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
-    values, ids = local_best(logits, layout)
-    return map_d2t(pick_pairs(values, ids, group), d2t, layout)
+    return pick_pairs(*local_best(logits, layout), group)
 
 
-def packed_key(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group) -> torch.Tensor:
+def reduce_keys(logits: torch.Tensor, layout: ShardLayout, group: TPGroup) -> torch.Tensor:
     """One int64 key per row and one ``all_reduce(MAX)``: O(B) bytes, independent of tp."""
-    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
-    values, ids = local_best(logits, layout)
-    best = group.all_reduce(encode_keys(values, ids), op="max")
-    return map_d2t(decode_ids(best), d2t, layout)
+    return decode_ids(group.all_reduce(encode_keys(*local_best(logits, layout)), op="max"))
 
 
-def classic_gather(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group) -> torch.Tensor:
-    """The classic path as a rank-local implementation: all-gather every logit, O(B * V_padded) bytes.
-
-    It maps the full-row argmax through d2t like the local paths do (the contract
-    carries no target vocabulary to scatter into), so it shares their answer on
-    all ``-inf`` rows.  Used for communication accounting and the benchmark.
-    """
-    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
+def reduce_gather(logits: torch.Tensor, layout: ShardLayout, group: TPGroup) -> torch.Tensor:
+    """The classic path: all-gather every logit, O(B * V_padded) bytes, then one argmax."""
     gathered = group.all_gather(logits)  # [tp, B, shard]
-    full = gathered.permute(1, 0, 2).reshape(logits.shape[0], -1)[:, : layout.vocab]
-    return map_d2t(full.argmax(dim=-1), d2t, layout)
+    return gathered.permute(1, 0, 2).reshape(logits.shape[0], -1)[:, : layout.vocab].argmax(dim=-1)
 
 
-BUILTINS = {"vllm_pairs": vllm_pairs, "packed_key": packed_key, "classic_gather": classic_gather}
+REDUCTIONS = {"vllm_pairs": reduce_pairs, "packed_key": reduce_keys, "classic_gather": reduce_gather}
+
+
+def _implementation(name: str):
+    reduce = REDUCTIONS[name]
+
+    def impl(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group) -> torch.Tensor:
+        logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
+        return map_d2t(reduce(logits, layout, group), d2t, layout)
+
+    impl.__name__ = impl.__qualname__ = name
+    impl.__doc__ = reduce.__doc__
+    return impl
+
+
+# classic_gather maps the full-row argmax through d2t like the local paths (the contract carries
+# no target vocabulary to scatter into), so it shares their answer on all -inf rows.
+BUILTINS = {name: _implementation(name) for name in REDUCTIONS}
+vllm_pairs, packed_key, classic_gather = (BUILTINS[n] for n in ("vllm_pairs", "packed_key", "classic_gather"))
 DEFAULT_IMPLS = ("packed_key", "vllm_pairs")  # the local paths: what the suite tests unless told otherwise

@@ -28,24 +28,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import weakref
 from multiprocessing.connection import Client, Connection, Listener, wait
 from typing import Any
 
 from sharded.group import Traffic
 from sharded.simulated import RankTimeout
+from sharded.tasks import TaskRunner, in_step, outcome
 
 DEFAULT_START_TIMEOUT = 120.0
 _live_pools: weakref.WeakSet[RankPool] = weakref.WeakSet()
-
-
-class RemoteError(RuntimeError):
-    """An exception raised on a rank; the message names the rank and carries its traceback."""
-
-
-class RemoteValueError(RemoteError, ValueError):
-    """A ValueError raised on a rank (bad input), so callers can catch it as one."""
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -63,7 +55,6 @@ def _rank_main(
     import torch
     import torch.distributed as dist
 
-    from sharded.impls import load_impl
     from sharded.torch_group import TorchGroup
 
     torch.set_num_threads(1)
@@ -71,8 +62,7 @@ def _rank_main(
     dist.init_process_group(
         backend, store=store, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout)
     )
-    group = TorchGroup()
-    impls: dict[str, Any] = {}
+    runner = TaskRunner(TorchGroup())
     _send(conn, ("ready", rank))
     while True:
         if not conn.poll(1.0):
@@ -85,14 +75,7 @@ def _rank_main(
             break
         if task is None:
             break
-        spec, kwargs = task
-        group.traffic = Traffic()
-        try:
-            impl = impls.get(spec) or impls.setdefault(spec, load_impl(spec))
-            reply = ("ok", impl.fn(**kwargs, group=group), group.traffic)
-        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the driver
-            reply = ("error", type(exc).__name__, isinstance(exc, ValueError), str(exc), traceback.format_exc())
-        _send(conn, reply)
+        _send(conn, runner.run(*task))
     dist.destroy_process_group()
 
 
@@ -235,22 +218,10 @@ class RankPool:
         for conn, kwargs in zip(self._conns, per_rank_kwargs, strict=True):
             _send(conn, (spec, kwargs))
         replies, missing = self._collect(self.timeout)
-        errors = {r: rep for r, rep in replies.items() if rep[0] == "error"}
-        why = self._describe(missing, self.timeout)
-        if missing and replies:
-            why += f"; rank(s) {sorted(replies)} had answered"
-        if missing or (errors and len(errors) < self.world_size):
+        absent = self._describe(missing, self.timeout)
+        if not in_step(replies, self.world_size):
             self.close()  # the group is broken or out of step: the next use starts a fresh pool
-        if errors:
-            rank = min(errors)
-            _, name, is_value_error, message, tb = errors[rank]
-            exc_type = RemoteValueError if is_value_error else RemoteError
-            exc = exc_type(f"rank {rank} of {self.world_size} raised {name}: {message}")
-            exc.add_note(f"traceback on rank {rank}:\n{tb}")
-            raise exc
-        if missing:
-            raise RankTimeout(f"{self.backend} group of {self.world_size}: {why}")
-        return [replies[r][1] for r in range(self.world_size)], [replies[r][2] for r in range(self.world_size)]
+        return outcome(replies, self.world_size, f"{self.backend} group", absent)
 
     def close(self) -> None:
         """Stop every rank process (politely, then by force) and remove the rendezvous files."""

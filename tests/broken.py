@@ -6,7 +6,10 @@ have, written from the same pieces as the built-ins so that only the bug differs
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 from collections import Counter
 
 import torch
@@ -14,6 +17,7 @@ import torch
 from reference.checks import check_d2t, check_scale
 from sharded.keys import decode_ids, encode_keys
 from sharded.local_argmax import checked_shard_logits, local_best, map_d2t, pick_pairs, vllm_pairs
+from sharded.torch_group import TorchGroup
 
 
 def no_padding_mask(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
@@ -113,6 +117,20 @@ def last_rank_skips_the_exchange(hidden, weight, bias, layout, *, scale=1.0, sof
 def rank_one_raises(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
     if group.rank == 1:
         raise RuntimeError("rank 1 lost its shard")
+    return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+
+
+def rank_one_sleeps(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    if group.rank == 1:
+        time.sleep(3600)  # hangs outside any collective
+    return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+
+
+def rank_one_dies(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    if group.rank == 1:
+        if not isinstance(group, TorchGroup):
+            raise RuntimeError("rank_one_dies kills its process: run it on a process group, not the simulated one")
+        os.kill(os.getpid(), signal.SIGKILL)
     return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
 
 

@@ -75,3 +75,11 @@ def test_ci_profile_is_the_default_under_ci_and_dev_otherwise():
         cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", "--collect-only", "properties/test_torch_semantics.py"]
         out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
         assert f"hypothesis profile: {profile}" in out.stdout, out.stdout
+
+
+def test_a_dying_rank_on_gloo_is_named_and_the_pool_rebuilt():
+    args = ["--impl", "tests.broken:rank_one_dies", "--backend", "gloo", "--collective-timeout", "5"]
+    out = run_suite(*args, "properties/test_equivalence.py", "-k", "token_exact or determinism")
+    assert out.returncode == 1, out.stdout[-3000:]
+    # both tests fail for the death itself: the second one ran on a freshly started pool
+    assert out.stdout.count("rank 1 died (SIGKILL)") >= 2 and "2 failed" in out.stdout, out.stdout[-3000:]

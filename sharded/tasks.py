@@ -1,0 +1,73 @@
+"""One task on one rank, and what a driver makes of every rank's reply.
+
+Shared by the gloo process pool and the torchrun job, so both run the same rank
+code and report faults the same way.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from sharded.group import Traffic
+from sharded.impls import Impl, load_impl
+from sharded.simulated import RankTimeout
+
+
+class RemoteError(RuntimeError):
+    """An exception raised on a rank; the message names the rank and carries its traceback."""
+
+
+class RemoteValueError(RemoteError, ValueError):
+    """A ValueError raised on a rank (bad input), so callers can catch it as one."""
+
+
+class TaskRunner:
+    """Runs implementation tasks on this rank's group and turns the outcome into a picklable reply."""
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+        self._impls: dict[str, Impl] = {}
+
+    def run(self, spec: str, kwargs: dict[str, Any]) -> tuple:
+        group = self.group
+        group.traffic, group.collective_failed = Traffic(), False
+        try:
+            impl = self._impls.get(spec) or self._impls.setdefault(spec, load_impl(spec))
+            return ("ok", impl.fn(**kwargs, group=group), group.traffic)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the driver
+            # A failed collective is a consequence (a peer died, hung or raised), not the cause.
+            why = (type(exc).__name__, isinstance(exc, ValueError), str(exc), traceback.format_exc())
+            return ("error", *why, group.collective_failed)
+
+
+def in_step(replies: dict[int, tuple], world_size: int) -> bool:
+    """Whether the group can take another task: every rank answered, and no collective failed."""
+    errors = [rep for rep in replies.values() if rep[0] == "error"]
+    return len(replies) == world_size and (not errors or (len(errors) == world_size and not any(e[5] for e in errors)))
+
+
+def outcome(replies: dict[int, tuple], world_size: int, label: str, absent: str) -> tuple[list[Any], list[Traffic]]:
+    """Outputs and traffic in rank order, or the exception that explains the failure.
+
+    A rank's own exception wins over the collective failures it caused in its
+    peers; ranks that never answered (``absent`` says why) raise RankTimeout.
+    """
+    errors = {r: rep for r, rep in replies.items() if rep[0] == "error"}
+    causes = {r: rep for r, rep in errors.items() if not rep[5]}
+    missing = len(replies) < world_size
+    if causes or (errors and not missing):
+        rank = min(causes or errors)
+        _, name, is_value_error, message, tb, _ = errors[rank]
+        exc = (RemoteValueError if is_value_error else RemoteError)(
+            f"rank {rank} of {world_size} raised {name}: {message}"
+        )
+        exc.add_note(f"traceback on rank {rank}:\n{tb}")
+        raise exc
+    if missing:
+        if errors:
+            absent += f"; rank(s) {sorted(errors)} failed in a collective waiting for them"
+        elif replies:
+            absent += f"; rank(s) {sorted(replies)} had answered"
+        raise RankTimeout(f"{label} of {world_size}: {absent}")
+    return [replies[r][1] for r in range(world_size)], [replies[r][2] for r in range(world_size)]

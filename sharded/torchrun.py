@@ -1,0 +1,96 @@
+"""A torchrun job as the TP group: rank 0 drives, every rank runs the same task code.
+
+Under ``torchrun --nproc-per-node N``, rank 0 sends each task (implementation
+and every rank's arguments) to the others and runs its own share; the replies
+come back to rank 0, which judges them like the process pool does.  The TP group
+is NCCL when there are at least N CUDA devices, else gloo; tasks and replies
+always travel over a separate gloo group as pickled bytes (no ``*_object``
+collectives, which need NumPy).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import os
+import pickle
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from sharded.group import Traffic
+from sharded.tasks import TaskRunner, outcome
+from sharded.torch_group import TorchGroup, all_gather_flat
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    """The bytes of a contiguous CPU uint8 tensor (without NumPy)."""
+    t = t.contiguous()
+    return ctypes.string_at(t.data_ptr(), t.numel())
+
+
+def _to(obj: Any, device: torch.device) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: _to(v, device) for k, v in obj.items()}
+    return obj
+
+
+class TorchrunJob:
+    """This process's place in the job: its rank, the TP group, and the control channel."""
+
+    def __init__(self, timeout: float) -> None:
+        world_size = int(os.environ["WORLD_SIZE"])
+        use_nccl = torch.cuda.is_available() and torch.cuda.device_count() >= world_size
+        self.backend = "nccl" if use_nccl else "gloo"
+        if use_nccl:
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        self.device = torch.device("cuda", torch.cuda.current_device()) if use_nccl else torch.device("cpu")
+        torch.set_num_threads(1)  # N ranks share the node's cores
+        dist.init_process_group(self.backend, timeout=datetime.timedelta(seconds=timeout))
+        self.control = dist.new_group(backend="gloo") if use_nccl else None
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.runner = TaskRunner(TorchGroup())
+
+    def _broadcast(self, obj: Any = None) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+        data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8) if self.rank == 0 else None
+        size = torch.tensor([0 if data is None else data.numel()], dtype=torch.int64)
+        dist.broadcast(size, src=0, group=self.control)
+        buf = data if data is not None else torch.empty(int(size), dtype=torch.uint8)
+        dist.broadcast(buf, src=0, group=self.control)
+        return pickle.loads(_bytes(buf))
+
+    def _gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, on every rank."""
+        data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+        sizes = torch.empty(self.world_size, dtype=torch.int64)
+        all_gather_flat(sizes, torch.tensor([data.numel()]), group=self.control)
+        longest = int(sizes.max())
+        padded = torch.zeros(longest, dtype=torch.uint8)
+        padded[: data.numel()] = data
+        out = torch.empty(self.world_size * longest, dtype=torch.uint8)
+        all_gather_flat(out, padded, group=self.control)
+        rows = out.view(self.world_size, longest)
+        return [pickle.loads(_bytes(rows[r, : int(sizes[r])])) for r in range(self.world_size)]
+
+    def _execute(self, spec: str, kwargs: dict[str, Any]) -> tuple:
+        reply = self.runner.run(spec, _to(kwargs, self.device))
+        return ("ok", _to(reply[1], torch.device("cpu")), reply[2]) if reply[0] == "ok" else reply
+
+    def run(self, spec: str, per_rank_kwargs: list[dict[str, Any]]) -> tuple[list[Any], list[Traffic]]:
+        """On rank 0: run one task on every rank of the job."""
+        self._broadcast((spec, per_rank_kwargs))
+        replies = self._gather(self._execute(spec, per_rank_kwargs[0]))
+        return outcome(dict(enumerate(replies)), self.world_size, f"torchrun {self.backend} group", "")
+
+    def serve(self) -> None:
+        """On ranks > 0: run tasks until rank 0 says stop."""
+        while (task := self._broadcast()) is not None:
+            spec, per_rank_kwargs = task
+            self._gather(self._execute(spec, per_rank_kwargs[self.rank]))
+
+    def stop(self) -> None:
+        self._broadcast(None)

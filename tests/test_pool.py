@@ -1,0 +1,120 @@
+"""The gloo rank pool: faults end in clear exceptions within the timeout, and no rank process outlives its driver."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from properties.cases import Case
+from properties.runner import prepare, rank_kwargs
+from sharded.pool import RankPool
+from sharded.simulated import RankTimeout
+from sharded.tasks import RemoteError, RemoteValueError
+from tests.suite import ROOT
+
+TIMEOUT = 3.0
+
+
+@pytest.fixture
+def pool():
+    p = RankPool(2, timeout=TIMEOUT)
+    yield p
+    p.close()
+
+
+def kwargs_for(tp: int = 2, **changes):
+    inputs = prepare(Case(batch=3, hidden=4, vocab=200, tp=tp), "gloo")
+    return [{**rank_kwargs(inputs, r), **changes} for r in range(tp)]
+
+
+def gone(pids: list[int], within: float = 10.0) -> bool:
+    """True once none of ``pids`` is a live (non-zombie) process."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    if fh.read().split(")")[-1].split()[0] != "Z":
+                        alive.append(pid)
+            except FileNotFoundError:
+                pass
+        if not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_tasks_reuse_the_same_processes(pool):
+    pids = pool.pids
+    for _ in range(20):
+        outs, traffic = pool.run("packed_key", kwargs_for())
+    assert pool.pids == pids and outs[0].tolist() == outs[1].tolist()
+    assert dict(traffic[1].bytes) == {"all_reduce": 3 * 8}
+
+
+def test_bad_input_on_every_rank_is_a_value_error_and_keeps_the_pool(pool):
+    with pytest.raises(RemoteValueError, match=r"rank 0 of 2 raised InvalidInput: scale must be"):
+        pool.run("vllm_pairs", kwargs_for(scale=-1.0))
+    assert pool.alive
+    pool.run("vllm_pairs", kwargs_for())
+
+
+def test_a_raising_rank_comes_back_with_its_traceback(pool):
+    pids = pool.pids
+    start = time.monotonic()
+    with pytest.raises(RemoteError, match=r"rank 1 of 2 raised RuntimeError: rank 1 lost its shard") as info:
+        pool.run("tests.broken:rank_one_raises", kwargs_for())
+    assert time.monotonic() - start < TIMEOUT
+    assert "tests/broken.py" in "".join(info.value.__notes__)
+    assert not pool.alive and gone(pids), "a pool whose ranks fell out of step must be closed"
+
+
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("tests.broken:rank_one_sleeps", r"rank 1 did not answer within 3.0s \(hung\)"),
+        ("tests.broken:rank_one_dies", r"rank 1 died \(SIGKILL\)"),
+        (
+            "tests.broken:last_rank_skips_the_exchange",
+            r"rank 0 did not answer within 3.0s \(hung\); rank\(s\) \[1\] had",
+        ),
+    ],
+)
+def test_a_hung_or_dead_rank_is_named_within_the_timeout(pool, name, words):
+    pids = pool.pids
+    start = time.monotonic()
+    with pytest.raises(RankTimeout, match=words):
+        pool.run(name, kwargs_for())
+    assert time.monotonic() - start < 2 * TIMEOUT
+    assert not pool.alive and gone(pids)
+
+
+DRIVER = """
+import sys, time
+from sharded.pool import RankPool
+pool = RankPool(2)
+print(" ".join(map(str, pool.pids)), flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "SIGINT", "SIGKILL"])
+def test_no_rank_process_outlives_its_driver(how):
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, "0" if how == "exit" else "60"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    pids = [int(p) for p in driver.stdout.readline().split()]
+    assert len(pids) == 2
+    if how != "exit":
+        driver.send_signal(getattr(signal, how))
+    driver.wait(30)
+    assert gone(pids), f"rank processes {pids} survived their driver's {how}"  # zombies awaiting init count as gone
