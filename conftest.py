@@ -128,3 +128,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if pattern in item.nodeid:
                 item.add_marker(pytest.mark.xfail(reason=f"known failure ({path}): {reason}", strict=True))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """Flagged d2t findings: expected results of the d2t properties, shown rather than raised."""
+    findings = [
+        (report.nodeid, value)
+        for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", [])
+        if report.when == "call"
+        for name, value in report.user_properties
+        if name == "d2t finding"
+    ]
+    if findings:
+        terminalreporter.section("flagged d2t findings (non-monotone tables, as expected)")
+        terminalreporter.write_line(f"{len(findings)} test(s) flagged a table; the first:")
+        terminalreporter.write_line(f"  {findings[0][0]}: {findings[0][1]}")

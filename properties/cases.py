@@ -276,6 +276,10 @@ def _d2t(case: Case, g: torch.Generator) -> tuple[torch.Tensor | None, int]:
         return None, vocab
     if case.d2t == "zeros":
         return torch.zeros(vocab, dtype=torch.int64), target_vocab
-    # EAGLE3 training code: the sorted set of used target ids, d2t[i] = used[i] - i.
+    return eagle3_d2t(vocab, target_vocab, g), target_vocab
+
+
+def eagle3_d2t(vocab: int, target_vocab: int, g: torch.Generator) -> torch.Tensor:
+    """As EAGLE3 training code builds it: the sorted set of used target ids, ``d2t[i] = used[i] - i``."""
     used = torch.randperm(target_vocab, generator=g)[:vocab].sort().values
-    return used - torch.arange(vocab), target_vocab
+    return used - torch.arange(vocab)

@@ -95,8 +95,9 @@ def test_a_hung_or_dead_rank_is_named_within_the_timeout(pool, name, words):
 
 
 DRIVER = """
-import sys, time
+import signal, sys, time
 from sharded.pool import RankPool
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C semantics even if started with SIGINT ignored
 pool = RankPool(2)
 print(" ".join(map(str, pool.pids)), flush=True)
 time.sleep(float(sys.argv[1]))

@@ -1,0 +1,75 @@
+"""d2t safety: the static classification and the dynamic counterexample agree.
+
+A strictly increasing table never lets a tie split the two paths; every
+non-monotone table does, at an inverted pair. Each finding is recorded as a
+flagged result (shown in the run's summary), not raised as a crash.
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from properties.d2t_findings import (
+    check_tie,
+    find_counterexample,
+    increasing_tables,
+    non_monotone_tables,
+    tie_pairs,
+)
+from reference.d2t import IDENTITY, INCREASING, NON_MONOTONE, analyse_d2t
+
+FINDING = "d2t finding"
+
+
+@given(table=increasing_tables())
+def test_increasing_tables_are_classified_safe(table):
+    d2t, target_vocab = table
+    report = analyse_d2t(d2t, target_vocab)
+    assert report.kind == (IDENTITY if bool((d2t == 0).all()) else INCREASING), report.evidence()
+    assert report.safe and report.inversions == 0
+
+
+def record_finding(node, finding) -> None:
+    """Keep the first finding of a test for the run's summary (conftest prints it)."""
+    if not any(name == FINDING for name, _ in node.user_properties):
+        node.user_properties.append((FINDING, str(finding)))
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # request is only read, never reset
+@given(data=st.data(), monotone=st.booleans())
+def test_the_flag_fires_exactly_on_non_monotone_tables(impl, backend, request, data, monotone):
+    d2t, target_vocab = data.draw(increasing_tables() if monotone else non_monotone_tables(), label="table")
+    report = analyse_d2t(d2t, target_vocab)
+    assert report.kind == (NON_MONOTONE if not monotone else report.kind) and report.safe == monotone
+    i, j = data.draw(tie_pairs(d2t), label="tie")
+    finding = check_tie(impl, d2t, target_vocab, i, j, backend=backend, tp=2 if backend == "gloo" else 1)
+    assert (finding is not None) == (not monotone), (
+        f"{'an increasing' if monotone else 'a non-monotone'} table, tie at ({i}, {j}): "
+        f"finding={finding}; static analysis: {report.evidence()}"
+    )
+    if finding is not None:
+        record_finding(request.node, finding)
+        targets = torch.arange(d2t.numel()) + d2t
+        assert (finding.local_token, finding.classic_token) == (int(targets[i]), int(targets[j]))
+        si, sj, ti, tj = report.first_inversion  # static and dynamic agree on the first inverted pair too
+        static = check_tie(impl, d2t, target_vocab, si, sj)
+        assert static is not None and (static.local_token, static.classic_token) == (ti, tj)
+
+
+def _single_inversion(vocab: int, i: int, j: int) -> tuple[torch.Tensor, int]:
+    targets = torch.arange(vocab) * 2  # an increasing table with gaps, into twice the targets
+    targets[[i, j]] = targets[[j, i]]
+    return targets - torch.arange(vocab), 2 * vocab
+
+
+def test_a_single_inversion_among_32000_ids_is_found_and_shrunk(impl, request):
+    budget = settings(settings.get_profile("ci"), max_examples=settings.default.max_examples, database=None)
+    for i, j in ((17_345, 17_346), (4_000, 29_000)):
+        d2t, target_vocab = _single_inversion(32_000, i, j)
+        report = analyse_d2t(d2t, target_vocab)
+        assert report.first_inversion[:2] == (i, j), report.evidence()
+        finding = find_counterexample(impl, d2t, target_vocab, budget)
+        assert finding is not None and (finding.i, finding.j) == (i, j), f"shrunk to {finding}, not to ({i}, {j})"
+        record_finding(request.node, finding)

@@ -1,0 +1,5 @@
+import sys
+
+from tpargmax.cli import main
+
+sys.exit(main())

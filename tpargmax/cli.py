@@ -1,0 +1,82 @@
+"""``tpargmax check-d2t PATH``: is ``use_local_argmax_reduction`` safe for this draft's d2t table?
+
+Exit status: 0 safe, 1 unsafe or invalid, 2 the file cannot be read or lacks the keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+import tpargmax  # noqa: F401 - puts the checkout on sys.path
+from tpargmax.checkpoint import CheckpointError, find_key, read_tensors
+
+
+def check_d2t(args: argparse.Namespace) -> int:
+    from properties.d2t_findings import check_tie
+    from reference.d2t import NON_MONOTONE, analyse_d2t
+    from sharded.impls import load_impl
+
+    try:
+        tensors = read_tensors(args.path)
+        d2t_key = find_key(tensors, "d2t", required=True)
+        t2d_key = find_key(tensors, "t2d", required=False)
+        d2t, t2d = tensors[d2t_key], None if t2d_key is None else tensors[t2d_key]
+        if d2t.ndim != 1 or d2t.dtype.is_floating_point or d2t.dtype == torch.bool:
+            raise CheckpointError(f"{d2t_key!r} must be 1-D integer offsets, got {d2t.dtype} {tuple(d2t.shape)}")
+        if t2d is not None and t2d.ndim != 1:
+            raise CheckpointError(f"{t2d_key!r} must be a 1-D mask over the target vocabulary, got {tuple(t2d.shape)}")
+    except CheckpointError as exc:
+        print(f"tpargmax check-d2t: {exc}", file=sys.stderr)
+        return 2
+    report = analyse_d2t(d2t, args.target_vocab, t2d)
+    finding = None
+    if report.kind == NON_MONOTONE:  # confirm by running the local path against the oracle
+        i, j, ti, _ = report.first_inversion
+        target_vocab = report.target_vocab or int((torch.arange(d2t.numel()) + d2t).max()) + 1
+        finding = check_tie(load_impl("vllm_pairs"), d2t.to(torch.int64), target_vocab, i, j)
+    verdict = "safe" if report.safe else "NOT safe"
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "path": args.path,
+                    "d2t_key": d2t_key,
+                    "t2d_key": t2d_key,
+                    **report.to_json(),
+                    "counterexample": None if finding is None else vars(finding),
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(
+            f"{args.path}: d2t {d2t_key!r} ({report.draft_vocab} draft ids)"
+            + (f", t2d {t2d_key!r} ({t2d.numel()} targets)" if t2d is not None else ", no t2d")
+            + (f", target vocabulary {report.target_vocab}" if report.target_vocab is not None else "")
+        )
+        print(f"classification: {report.kind}")
+        print(f"evidence: {report.evidence()}")
+        if finding is not None:
+            print(f"counterexample (vllm_pairs against the classic path): {finding}")
+        print(f"use_local_argmax_reduction: {verdict} for this draft")
+    return 0 if report.safe else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tpargmax", description="Token-exact checks of TP local argmax.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("check-d2t", help="classify a draft checkpoint's d2t table", description=__doc__)
+    check.add_argument("path", help="a .safetensors file or a torch state dict")
+    check.add_argument("--target-vocab", type=int, help="target vocabulary size (default: t2d's length, if any)")
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+    check.set_defaults(run=check_d2t)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
