@@ -9,6 +9,7 @@ short name or ``MODULE:ATTR``; without it both local paths are tested.
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 import torch
@@ -49,6 +50,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="tp sizes of the gloo pools (default 2,4; 2,4,8 under the nightly profile)",
     )
     group.addoption(
+        "--repro-dir",
+        default=os.environ.get("TPARGMAX_REPRO_DIR", "repro"),
+        help="where each failure is also written as a standalone repro file, and where committed repro files "
+        "are replayed from as regression tests (default %(default)s; env TPARGMAX_REPRO_DIR)",
+    )
+    group.addoption(
+        "--fuzz-seed",
+        type=int,
+        default=None,
+        help="seed the run's Hypothesis tests, keeping the example database on (tpargmax fuzz records it)",
+    )
+    group.addoption(
+        "--max-examples",
+        type=int,
+        default=None,
+        help="override the profile's examples per property (used by tpargmax fuzz for time-boxed rounds)",
+    )
+    group.addoption(
         "--collective-timeout",
         type=float,
         default=runner.collective_timeout,
@@ -60,7 +79,11 @@ def pytest_configure(config: pytest.Config) -> None:
     runner.collective_timeout = config.getoption("collective_timeout")
     if config.getoption("hypothesis_profile", None) is None and not is_in_ci():
         settings.load_profile("dev")
-    nightly = config.getoption("hypothesis_profile", None) == "nightly"
+    profile = config.getoption("hypothesis_profile", None) or settings.get_current_profile_name()
+    if config.getoption("max_examples"):
+        settings.register_profile(profile, settings.get_profile(profile), max_examples=config.getoption("max_examples"))
+        settings.load_profile(profile)
+    nightly = profile == "nightly"
     runner.gloo_tps = _ints(config.getoption("gloo_tps") or ("2,4,8" if nightly else "2,4"), "--gloo-tps")
     config.tpargmax_backends = [b.strip() for b in config.getoption("backend").split(",") if b.strip()]
     unknown = set(config.tpargmax_backends) - set(runner.BACKENDS)
@@ -121,6 +144,13 @@ def read_xfails(path: str) -> list[tuple[str, str]]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    fuzz_seed = config.getoption("fuzz_seed")
+    if fuzz_seed is not None:
+        # Seed the generator Hypothesis draws each test's seed from. @seed and --hypothesis-seed would
+        # turn the example database off, and fuzzing must save its finds there.
+        import hypothesis.core
+
+        hypothesis.core.threadlocal._hypothesis_global_random = random.Random(fuzz_seed)
     path = config.getoption("xfails_file")
     if not path:
         return
@@ -143,3 +173,25 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.section("flagged d2t findings (non-monotone tables, as expected)")
         terminalreporter.write_line(f"{len(findings)} test(s) flagged a table; the first:")
         terminalreporter.write_line(f"  {findings[0][0]}: {findings[0][1]}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Write every property failure as a standalone repro file, and say where in the report."""
+    report = yield
+    replaying = item.originalname == "test_repro_file_replays_clean"  # its case has a file already
+    if report.when == "call" and report.failed and call.excinfo is not None and not replaying:
+        from properties import repro
+
+        errors = (
+            call.excinfo.value.exceptions
+            if isinstance(call.excinfo.value, BaseExceptionGroup)
+            else [call.excinfo.value]
+        )
+        for exc in errors:
+            if hasattr(exc, "repro"):
+                notes = "\n".join(getattr(exc, "__notes__", []))
+                blob = next((line.strip() for line in notes.splitlines() if "@reproduce_failure" in line), None)
+                path = repro.write(item.config.getoption("repro_dir"), exc.repro, blob, item.originalname)
+                report.sections.append(("tpargmax repro file", f"{path}\nreplay: tpargmax repro {path}"))
+    return report

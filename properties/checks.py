@@ -14,7 +14,14 @@ from hypothesis import event, target
 from hypothesis.control import currently_in_test_context
 
 from properties.cases import Inputs
-from properties.diagnose import ImplementationHung, draft_targets, explain, fail, is_named_divergence
+from properties.diagnose import (
+    ImplementationHung,
+    draft_targets,
+    explain,
+    fail,
+    is_named_divergence,
+    repro_extra,
+)
 from properties.runner import backend_tps, oracle_draft_logits, oracle_tokens, run_ranks
 from sharded.impls import Impl
 from sharded.simulated import RankTimeout
@@ -137,6 +144,11 @@ def check_tp_invariance(impl: Impl, inputs: Inputs) -> None:
 
 
 def check_row_independence(impl: Impl, inputs: Inputs, rows: list[int]) -> None:
+    with repro_extra(rows=rows):
+        _check_row_independence(impl, inputs, rows)
+
+
+def _check_row_independence(impl: Impl, inputs: Inputs, rows: list[int]) -> None:
     base = run_checked(impl, inputs, ROW_INDEPENDENCE)
     sub = inputs.with_rows(rows)
     tokens = run_checked(impl, sub, ROW_INDEPENDENCE)
@@ -198,6 +210,11 @@ BAD_INPUTS: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], str, int
 
 def check_rejects(impl: Impl, inputs: Inputs, bad: str) -> None:
     """Every rank gets the broken argument; some rank must raise a ValueError naming it."""
+    with repro_extra(bad=bad):
+        _check_rejects(impl, inputs, bad)
+
+
+def _check_rejects(impl: Impl, inputs: Inputs, bad: str) -> None:
     tweak, word, _ = BAD_INPUTS[bad]
     try:
         results, _ = run_ranks(impl, inputs, tweak)

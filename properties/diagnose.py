@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -32,7 +34,7 @@ def replay_command(impl: object, inputs: Inputs) -> str:
 def fail(rule: str, details: list[str], impl: object, inputs: Inputs, prop: str, kind: type = PropertyFailure) -> None:
     """The single place every property failure is raised from (one bug class for Hypothesis)."""
     __tracebackhide__ = True
-    raise kind(
+    exc = kind(
         "\n".join(
             [
                 f"[{rule}]",
@@ -45,6 +47,19 @@ def fail(rule: str, details: list[str], impl: object, inputs: Inputs, prop: str,
             ]
         )
     )
+    # what a repro file needs (written by conftest when the test finally fails; see properties/repro.py)
+    exc.repro = {"rule": rule, "property": prop, "impl": str(impl), "inputs": inputs, "extra": {}}
+    raise exc
+
+
+@contextmanager
+def repro_extra(**extra: object) -> Iterator[None]:
+    """Add what a property needs beyond the inputs (rows, a bad-input kind) to failures raised inside."""
+    try:
+        yield
+    except (PropertyFailure, ImplementationHung) as exc:
+        exc.repro["extra"].update(extra)
+        raise
 
 
 def draft_targets(inputs: Inputs) -> torch.Tensor:

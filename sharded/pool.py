@@ -122,8 +122,9 @@ class RankPool:
         env = {
             **os.environ,
             "TPARGMAX_POOL_KEY": key.hex(),
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-        }  # ranks import what the driver can
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),  # ranks import what the driver can
+            "PYTHONWARNINGS": "ignore:Failed to initialize NumPy",  # torch's import-time notice, not ours
+        }
         self._procs: list[subprocess.Popen] = []
         self._conns: list[Connection] = []
         _live_pools.add(self)

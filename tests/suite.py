@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -13,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def run_suite(*args: str, profile: str | None = "dev", **env: str) -> subprocess.CompletedProcess:
     """``python -m pytest -p no:xdist -q ARGS`` in the checkout, without the caller's TPARGMAX_* settings."""
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("TPARGMAX_")}, **env}
+    env.setdefault("TPARGMAX_REPRO_DIR", tempfile.mkdtemp(prefix="tpargmax-test-repro-"))  # keep repro/ clean
     cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", *args]
     if profile:
         cmd += ["--hypothesis-profile", profile]

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 
 from tests.suite import ROOT
 
 
 def torchrun(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPARGMAX_")}
+    env["TPARGMAX_REPRO_DIR"] = tempfile.mkdtemp(prefix="tpargmax-test-repro-")
     cmd = [
         sys.executable,
         "-m",

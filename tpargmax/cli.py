@@ -1,6 +1,8 @@
-"""``tpargmax check-d2t PATH``: is ``use_local_argmax_reduction`` safe for this draft's d2t table?
+"""The ``tpargmax`` command: ``check-d2t``, ``repro``, ``promote`` and ``fuzz``.
 
-Exit status: 0 safe, 1 unsafe or invalid, 2 the file cannot be read or lacks the keys.
+``check-d2t`` exits 0 when ``use_local_argmax_reduction`` is safe for the draft's
+d2t table, 1 when it is unsafe or invalid, 2 when the file cannot be read or
+lacks the keys.
 """
 
 from __future__ import annotations
@@ -66,15 +68,46 @@ def check_d2t(args: argparse.Namespace) -> int:
     return 0 if report.safe else 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def _lazy(module: str, name: str):
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tpargmax", description="Token-exact checks of TP local argmax.")
     commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("check-d2t", help="classify a draft checkpoint's d2t table", description=__doc__)
+    check = commands.add_parser("check-d2t", help="classify a draft checkpoint's d2t table")
     check.add_argument("path", help="a .safetensors file or a torch state dict")
     check.add_argument("--target-vocab", type=int, help="target vocabulary size (default: t2d's length, if any)")
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(run=check_d2t)
-    args = parser.parse_args(argv)
+
+    rep = commands.add_parser("repro", help="replay repro files (or directories of them)")
+    rep.add_argument("files", nargs="+", help="repro .json files or directories holding them")
+    rep.add_argument("--impl", help="replay against this implementation instead of the recorded one")
+    rep.add_argument("--backend", choices=("sim", "gloo"), help="replay on this backend instead of the recorded one")
+    rep.add_argument("--collective-timeout", type=float, default=10.0, help="seconds (default %(default)s)")
+    rep.set_defaults(run=lambda args: _lazy("tpargmax.replay", "replay")(args))
+
+    pro = commands.add_parser("promote", help="write a patch that pins a repro file's case as an @example")
+    pro.add_argument("file", help="a repro .json file")
+    pro.add_argument("--out", default=".hypothesis/patches", help="where the patch goes (default %(default)s)")
+    pro.set_defaults(run=lambda args: _lazy("tpargmax.promote", "promote")(args))
+
+    fuzz = commands.add_parser("fuzz", help="run the property suite under the nightly profile for a time budget")
+    fuzz.add_argument("--minutes", type=float, required=True, help="time budget")
+    fuzz.add_argument("--impl", help="implementation under test (default: the built-in local paths)")
+    fuzz.add_argument("--backend", default="sim", help="sim, gloo or both, comma-separated (default %(default)s)")
+    fuzz.add_argument("-n", "--workers", default="auto", help="pytest-xdist workers (default %(default)s)")
+    fuzz.add_argument("--repro-dir", default="repro", help="where failures are written (default %(default)s)")
+    fuzz.add_argument("--log", default=".hypothesis/fuzz-log.jsonl", help="seeds and counts per round")
+    fuzz.set_defaults(run=lambda args: _lazy("tpargmax.fuzz", "fuzz")(args))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return args.run(args)
 
 

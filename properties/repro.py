@@ -1,0 +1,122 @@
+"""Standalone repro files: one JSON file per failure, replayable without Hypothesis.
+
+A file holds the drawn structure (the ``Case`` with its seed), the exact input
+tensors (inline as hex bytes when small, else in a ``.pt`` side file), the
+implementation, the backend, the property, the rule broken, and the torch and
+Hypothesis versions. Hypothesis's own reproduction blob is kept as an extra,
+because blobs break across Hypothesis versions.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import platform
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+import hypothesis
+import torch
+
+from properties import checks
+from properties.cases import Case, Inputs
+from sharded.layout import vocab_parallel_layout
+
+FORMAT = "tpargmax-repro/1"
+INLINE_BYTES = 64 * 1024
+TENSORS = ("hidden", "weight", "bias", "d2t")
+DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool)}
+
+
+def _encode(t: torch.Tensor) -> dict[str, Any]:
+    raw = bytes(t.contiguous().view(torch.uint8).reshape(-1).tolist()) if t.numel() else b""
+    return {"dtype": str(t.dtype), "shape": list(t.shape), "hex": raw.hex()}
+
+
+def _decode(d: dict[str, Any]) -> torch.Tensor:
+    raw = bytearray.fromhex(d["hex"])
+    flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+    return flat.view(DTYPES[d["dtype"]]).reshape(d["shape"]).clone()
+
+
+def write(directory: str | Path, repro: dict[str, Any], blob: str | None = None, test: str = "property") -> Path:
+    """Write one failure (``PropertyFailure.repro``) as ``DIR/<test>-<impl>-<backend>-<digest>.json``."""
+    inputs: Inputs = repro["inputs"]
+    tensors = {name: getattr(inputs, name) for name in TENSORS if getattr(inputs, name) is not None}
+    record = {
+        "format": FORMAT,
+        "test": test,
+        "property": repro["property"],
+        "rule": repro["rule"],
+        "impl": repro["impl"],
+        "backend": inputs.backend,
+        "case": repr(inputs.case),
+        "case_fields": {f.name: getattr(inputs.case, f.name) for f in fields(inputs.case)},
+        "target_vocab": inputs.target_vocab,
+        "applied": list(inputs.applied),
+        "extra": repro["extra"],
+        "versions": {
+            "torch": torch.__version__,
+            "hypothesis": hypothesis.__version__,
+            "python": platform.python_version(),
+        },
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "hypothesis_blob": blob,
+    }
+    digest = hashlib.sha1(json.dumps([record["case"], record["impl"], record["property"]]).encode()).hexdigest()[:10]
+    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in f"{test}-{repro['impl']}")
+    path = Path(directory) / f"{slug}-{inputs.backend}-{digest}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if sum(t.numel() * t.element_size() for t in tensors.values()) <= INLINE_BYTES:
+        record["tensors"] = {name: _encode(t) for name, t in tensors.items()}
+    else:
+        side = path.with_suffix(".pt")
+        torch.save(tensors, side)
+        record["tensors_file"] = side.name
+    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def load(path: str | Path, backend: str | None = None) -> tuple[dict[str, Any], Inputs]:
+    """The record and its exact inputs (from the stored tensors), on ``backend`` or the recorded one."""
+    path = Path(path)
+    record = json.loads(path.read_text(encoding="utf-8"))
+    if record.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a {FORMAT} file (format {record.get('format')!r})")
+    case = Case(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["case_fields"].items()})
+    if "tensors" in record:
+        tensors = {name: _decode(d) for name, d in record["tensors"].items()}
+    else:
+        tensors = torch.load(path.parent / record["tensors_file"], weights_only=True)
+    inputs = Inputs(
+        case,
+        tensors["hidden"],
+        tensors["weight"],
+        tensors.get("bias"),
+        vocab_parallel_layout(case.vocab, case.tp),
+        tensors.get("d2t"),
+        record["target_vocab"],
+        tuple(record["applied"]),
+        record["backend"],
+    )
+    if backend is not None:
+        inputs = replace(inputs, backend=backend)
+    return record, inputs
+
+
+def check(record: dict[str, Any], impl, inputs: Inputs) -> None:
+    """Run the recorded property (token equality for those that have no replay of their own)."""
+    prop, extra = record["property"], record.get("extra", {})
+    if prop == checks.ROW_INDEPENDENCE:
+        checks.check_row_independence(impl, inputs, extra["rows"])
+    elif prop == checks.REJECTS:
+        checks.check_rejects(impl, inputs, extra["bad"])
+    elif prop == checks.TP_INVARIANCE:
+        checks.check_tp_invariance(impl, inputs)
+    elif prop == checks.DETERMINISM:
+        checks.check_determinism(impl, inputs)
+    else:
+        checks.check_output_contract(impl, inputs)
+        checks.check_token_exact(impl, inputs)

@@ -1,0 +1,27 @@
+"""Every repro file in the repro directory (``--repro-dir``, default ``repro/``) replays as a regression test.
+
+Each file's case runs against the implementation(s) under test, not the one that
+failed, on the file's backend when that backend is selected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from properties import repro
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "repro_file" in metafunc.fixturenames:
+        files = sorted(Path(metafunc.config.getoption("repro_dir")).glob("*.json"))
+        metafunc.parametrize("repro_file", files, ids=[f.stem for f in files])
+
+
+def test_repro_file_replays_clean(impl, repro_file, request):
+    record, inputs = repro.load(repro_file)
+    if inputs.backend not in request.config.tpargmax_backends:
+        inputs = replace(inputs, backend=request.config.tpargmax_backends[0])
+    repro.check(record, impl, inputs)
