@@ -29,7 +29,9 @@ def test_a_wrong_implementation_fails_with_rule_case_and_replay():
     assert out.returncode == 1, out.stdout[-3000:]
     assert "[tie across ranks resolved to the higher rank]" in out.stdout
     assert "replay: python -m properties.replay --impl tests.broken:highest_rank_wins" in out.stdout
-    replay = shlex.split(out.stdout.rsplit("replay: ", 1)[1].splitlines()[0])
+    replay = shlex.split(out.stdout.rsplit("replay: python -m properties.replay", 1)[1].splitlines()[0])
+    replay = ["python", "-m", "properties.replay", *replay]
+    assert "tpargmax repro file" in out.stdout and "replay: tpargmax repro " in out.stdout
     assert replay[:3] == ["python", "-m", "properties.replay"]
     again = subprocess.run([sys.executable, *replay[1:]], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert again.returncode == 1 and "tie across ranks resolved to the higher rank" in again.stdout, again.stdout
