@@ -37,14 +37,14 @@ def example_database() -> ExampleDatabase:
     return MultiplexedDatabase(local, ReadOnlyDatabase(GitHubArtifactDatabase(owner, repo)))
 
 
-settings.register_profile(
-    "dev",
-    max_examples=40,
+_LOCAL = settings(  # dev and nightly: no deadline (threads and processes), the local database, blobs
     deadline=None,
     print_blob=True,
     database=example_database(),
     suppress_health_check=[HealthCheck.too_slow],
 )
+settings.register_profile("dev", _LOCAL, max_examples=40)
+settings.register_profile("nightly", _LOCAL, max_examples=20_000)
 settings.register_profile(
     "ci",
     settings.get_profile("ci"),
@@ -53,13 +53,5 @@ settings.register_profile(
     deadline=None,
     database=None,
     print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile(
-    "nightly",
-    max_examples=20_000,
-    deadline=None,
-    print_blob=True,
-    database=example_database(),
     suppress_health_check=[HealthCheck.too_slow],
 )
