@@ -46,9 +46,13 @@ def time_on_rank(*, path: str, batch: int, vocab: int, dtype: str, warmup: int, 
 
 
 def bytes_per_rank(path: str, batch: int, padded: int, tp: int, itemsize: int) -> int:
-    return {"classic_gather": batch * padded * itemsize, "vllm_pairs": batch * 2 * tp * 4, "packed_key": batch * 8}[
-        path
-    ]
+    """The formulas that properties/test_traffic.py checks against the counted bytes."""
+    formulas = {
+        "classic_gather": batch * padded * itemsize,
+        "vllm_pairs": batch * 2 * tp * 4,
+        "packed_key": batch * 8,
+    }
+    return formulas[path]
 
 
 def main(argv: list[str] | None = None) -> int:
