@@ -51,7 +51,6 @@ def _die_with_parent(parent_pid: int) -> None:
 def _rank_main(
     rank: int, world_size: int, backend: str, store_path: str, timeout: float, conn: Connection, parent_pid: int
 ) -> None:
-    _die_with_parent(parent_pid)
     import torch
     import torch.distributed as dist
 
@@ -156,16 +155,16 @@ class RankPool:
                 for _ in range(world_size):
                     conn = listener.accept()
                     self._conns[_recv(conn)] = conn
-            except OSError as exc:
-                missing = [r for r, c in enumerate(self._conns) if c is None]
-                why = self._describe(missing, start_timeout)
-                self.close()
-                raise RankTimeout(f"{backend} pool of {world_size} did not start ({exc}): {why}") from None
-        replies, missing = self._collect(start_timeout)
+            except OSError:
+                self._fail_start([r for r, c in enumerate(self._conns) if c is None], start_timeout)
+        _, missing = self._collect(start_timeout)
         if missing:
-            why = self._describe(missing, start_timeout)
-            self.close()
-            raise RankTimeout(f"{backend} pool of {world_size} did not start: {why}")
+            self._fail_start(missing, start_timeout)
+
+    def _fail_start(self, missing: list[int], waited: float) -> None:
+        why = self._describe(missing, waited)
+        self.close()
+        raise RankTimeout(f"{self.backend} pool of {self.world_size} did not start: {why}")
 
     @property
     def pids(self) -> list[int]:
