@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import torch
 
 from properties.cases import Inputs
-from properties.runner import oracle_draft_logits
+from properties.runner import oracle_draft_logits, oracle_tokens, run_ranks
 
 _GROUPS = {"sim": "a simulated group", "gloo": "a gloo process group", "torchrun": "the torchrun job's group"}
 
@@ -117,3 +117,36 @@ def explain(inputs: Inputs, row: int, got: int) -> tuple[str, list[str]]:
         if int(torch.tensor(float(first)).to(dtype).float()) == chosen:
             return f"id carried in {str(dtype)[6:]}: {first} rounds to {chosen}", lines
     return "chose a non-maximal logit", lines
+
+
+def _around(logits: torch.Tensor, draft_id: int, width: int = 2) -> str:
+    lo, hi = max(0, draft_id - width), min(logits.numel(), draft_id + width + 1)
+    return ", ".join(f"{'*' if k == draft_id else ''}{k}: {float(logits[k])!r}" for k in range(lo, hi))
+
+
+def explain_tokens(impl, inputs: Inputs) -> list[str]:
+    """Both tokens on the first row where they differ, the logits around each, and the rank that won."""
+    expected = oracle_tokens(inputs)
+    try:
+        outputs, _ = run_ranks(impl, inputs)
+    except Exception as exc:  # noqa: BLE001 - shown, then judged by the property check
+        return [f"the implementation raised {type(exc).__name__}: {exc}"]
+    got = outputs[0] if isinstance(outputs[0], torch.Tensor) else None
+    if got is None or got.shape != expected.shape:
+        return [f"the implementation returned {outputs[0]!r}"]
+    differ = (got != expected).nonzero().flatten()
+    row = int(differ[0]) if differ.numel() else 0
+    logits = oracle_draft_logits(inputs)[row].float()
+    targets = draft_targets(inputs)
+    size = inputs.layouts[0].size
+    lines = [
+        f"row {row} of {inputs.case.batch}: oracle token {int(expected[row])}, implementation token {int(got[row])}"
+    ]
+    for who, token in (("oracle", int(expected[row])), ("implementation", int(got[row]))):
+        hits = (targets == token).nonzero().flatten()
+        if hits.numel():
+            k = int(hits[0])
+            lines.append(f"  {who}'s draft id {k} (rank {k // size} won): logits {_around(logits, k)}")
+        else:
+            lines.append(f"  {who}'s token {token} is no draft id's target (padding or out of range)")
+    return lines

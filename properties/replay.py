@@ -1,7 +1,7 @@
 """Replay one case without Hypothesis: ``python -m properties.replay --impl SPEC "Case(...)"``.
 
-Prints the oracle's and the implementation's tokens and, on a mismatch, the
-rule broken.  Exits 1 while the bug is present and 0 once it is fixed.
+Prints the oracle's and the implementation's tokens, the logits around both
+and, on a mismatch, the rule broken.  Exits 1 while the bug is present and 0 once it is fixed.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ import sys
 
 from properties import runner
 from properties.cases import Case
-from properties.checks import check_output_contract, check_token_exact
-from properties.diagnose import ImplementationHung, PropertyFailure
-from properties.runner import oracle_tokens, run_ranks
+from properties.checks import TOKEN_EXACT
+from properties.diagnose import ImplementationHung, PropertyFailure, explain_tokens
+from properties.repro import check
 from sharded.impls import IMPL_ENV, load_impl
+
+TOKEN_RECORD = {"property": TOKEN_EXACT}  # replays the output contract and token equality
 
 
 def parse_case(text: str) -> Case:
@@ -42,17 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     impl = load_impl(args.impl or os.environ.get(IMPL_ENV) or "vllm_pairs")
     inputs = runner.prepare(parse_case(args.case), args.backend)
     print(f"implementation: {impl} on {args.backend}, tp={inputs.tp}\ncase: {inputs.case!r}")
-    print(f"oracle tokens:         {oracle_tokens(inputs).tolist()}")
+    for line in explain_tokens(impl, inputs):
+        print(line)
     try:
-        results, _ = run_ranks(impl, inputs)
-        print(f"implementation tokens: {getattr(results[0], 'tolist', lambda: results[0])()}")
-        check_output_contract(impl, inputs)
-        check_token_exact(impl, inputs)
+        check(TOKEN_RECORD, impl, inputs)
     except (PropertyFailure, ImplementationHung) as exc:
         print(f"FAILED {exc}")
-        return 1
-    except Exception as exc:  # noqa: BLE001 - a crash is a failure too, reported plainly
-        print(f"FAILED: {type(exc).__name__}: {exc}")
         return 1
     print("ok: token-exact with the classic path")
     return 0
