@@ -1,7 +1,8 @@
 """pytest options and fixtures: which implementation is under test, and collective timeouts.
 
-``--impl SPEC`` (or ``TPARGMAX_IMPL``) selects one implementation: a built-in
-short name or ``MODULE:ATTR``; without it both local paths are tested.
+``--impl SPEC[,SPEC...]`` (or ``TPARGMAX_IMPL``) selects the implementations
+under test: built-in short names or ``MODULE:ATTR``; without it both local
+paths are tested.
 ``--backend`` picks where the ranks run.  Test ids read like
 ``test_token_exact[packed_key-gloo]``.
 """
@@ -16,8 +17,8 @@ import torch
 from hypothesis import settings
 from hypothesis._settings import is_in_ci
 
-import properties.profiles  # noqa: F401 - registers dev, ci and nightly
 from properties import runner
+from properties.profiles import backend_budget  # importing it registers dev, ci and nightly
 from sharded.impls import IMPL_ENV, load_impl
 from sharded.local_argmax import BUILTINS, DEFAULT_IMPLS
 from sharded.pool import close_all_pools
@@ -31,8 +32,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--impl",
         default=os.environ.get(IMPL_ENV),
-        help=f"implementation under test: one of {sorted(BUILTINS)} or MODULE:ATTR "
-        f"(default: {', '.join(DEFAULT_IMPLS)}; env {IMPL_ENV})",
+        help=f"implementation(s) under test, comma-separated: {sorted(BUILTINS)} or MODULE:ATTR "
+        f"(default: {','.join(DEFAULT_IMPLS)}; env {IMPL_ENV})",
     )
     group.addoption(
         "--xfails-file",
@@ -91,9 +92,9 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--backend: choose from {', '.join(runner.BACKENDS)}, got {sorted(unknown)}")
     if "torchrun" in config.tpargmax_backends and runner.torchrun_job is None:
         raise pytest.UsageError("--backend torchrun: start the suite with torchrun -m properties.torchrun")
-    spec = config.getoption("impl")
+    specs = [s.strip() for s in (config.getoption("impl") or ",".join(DEFAULT_IMPLS)).split(",") if s.strip()]
     try:
-        config.tpargmax_impls = [load_impl(s) for s in ([spec] if spec else DEFAULT_IMPLS)]
+        config.tpargmax_impls = [load_impl(s) for s in dict.fromkeys(specs)]
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -113,9 +114,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    spec = config.getoption("impl")
     return [
-        f"tpargmax: implementation under test: {spec or ', '.join(DEFAULT_IMPLS)}; "
+        f"tpargmax: implementation(s) under test: {', '.join(i.spec for i in config.tpargmax_impls)}; "
         f"backends: {', '.join(config.tpargmax_backends)} (gloo tps {runner.gloo_tps}); "
         f"hypothesis profile: {settings.get_current_profile_name()}"
     ]
@@ -173,6 +173,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.section("flagged d2t findings (non-monotone tables, as expected)")
         terminalreporter.write_line(f"{len(findings)} test(s) flagged a table; the first:")
         terminalreporter.write_line(f"  {findings[0][0]}: {findings[0][1]}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """A property on a process group runs its backend's share of the profile's examples."""
+    callspec = getattr(item, "callspec", None)
+    with backend_budget(item.obj, callspec.params.get("backend") if callspec else None):
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True)

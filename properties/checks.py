@@ -101,10 +101,10 @@ def check_output_contract(impl: Impl, inputs: Inputs) -> None:
     logits = oracle_draft_logits(inputs)
     image = set(draft_targets(inputs).tolist())
     for row, tok in enumerate(tokens.tolist()):
-        if not 0 <= tok < inputs.target_vocab:
-            rule = f"returned id out of range [0, {inputs.target_vocab})"
-        elif inputs.d2t is None and tok >= inputs.case.vocab:
+        if inputs.d2t is None and inputs.case.vocab <= tok < inputs.layouts[0].padded_vocab:
             rule = f"padding id returned: {tok} (vocab {inputs.case.vocab})"
+        elif not 0 <= tok < inputs.target_vocab:
+            rule = f"returned id out of range [0, {inputs.target_vocab})"
         elif tok not in image and not (tok == 0 and is_named_divergence(inputs, logits[row])):
             rule = f"returned target {tok}, which no draft id maps to through d2t"
         else:

@@ -6,6 +6,13 @@
   the name keeps that automatic choice and only adds our example budget.
 * ``nightly``: many examples, with the example database on.
 
+Each profile's ``max_examples`` is what a property gets on the simulated group;
+on a real process group it gets ``BACKEND_SHARE`` of that.  Both run the same
+rank code.  The search for a wrong token needs many examples and is spent where
+they are cheap; what a process group adds (real collectives, processes,
+pickling) shows on any example, and costs more per example, most of all when
+xdist workers and rank processes share two cores.
+
 The local database is ``.hypothesis/examples`` (or ``$TPARGMAX_DB``), shared by
 ``tpargmax fuzz`` and ordinary runs, so a nightly find is replayed first by the
 next ``pytest``. ``TPARGMAX_SHARED_DB=owner/repo`` adds, read-only, the database
@@ -15,6 +22,8 @@ that a GitHub Actions workflow of that repository uploads as an artifact.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from hypothesis import HealthCheck, settings
 from hypothesis.database import (
@@ -25,7 +34,8 @@ from hypothesis.database import (
     ReadOnlyDatabase,
 )
 
-CI_EXAMPLES = 300
+CI_EXAMPLES = 400
+BACKEND_SHARE = {"sim": 1.0, "gloo": 0.25, "torchrun": 0.25}
 
 
 def example_database() -> ExampleDatabase:
@@ -55,3 +65,23 @@ settings.register_profile(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+@contextmanager
+def backend_budget(test: Callable, backend: str | None) -> Iterator[None]:
+    """While it runs on ``backend``, give Hypothesis test ``test`` its share of its examples.
+
+    Hypothesis looks a test's settings up on the test function when it is
+    called (the attribute that ``@settings`` sets), so one function can run
+    with a budget per backend; the original settings come back afterwards.
+    """
+    current = getattr(test, "_hypothesis_internal_use_settings", None)
+    share = BACKEND_SHARE.get(backend, 1.0)
+    if current is None or share == 1.0:
+        yield
+        return
+    test._hypothesis_internal_use_settings = settings(current, max_examples=max(1, round(current.max_examples * share)))
+    try:
+        yield
+    finally:
+        test._hypothesis_internal_use_settings = current

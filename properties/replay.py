@@ -6,6 +6,11 @@ and, on a mismatch, the rule broken.  Exits 1 while the bug is present and 0 onc
 
 from __future__ import annotations
 
+from sharded import quiet_numpy_notice
+
+if __name__ == "__main__":  # a command line: hide torch's NumPy notice before torch is imported below
+    quiet_numpy_notice()
+
 import argparse
 import os
 import sys

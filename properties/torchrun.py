@@ -10,6 +10,11 @@ when there are at least N CUDA devices).  The exit status is pytest's.
 
 from __future__ import annotations
 
+from sharded import quiet_numpy_notice
+
+if __name__ == "__main__":  # a command line: hide torch's NumPy notice before torch is imported below
+    quiet_numpy_notice()
+
 import os
 import sys
 

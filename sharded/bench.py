@@ -12,6 +12,11 @@ each local path over the classic one, and the bytes each rank receives.
 
 from __future__ import annotations
 
+from sharded import quiet_numpy_notice
+
+if __name__ == "__main__":  # a command line: hide torch's NumPy notice before torch is imported below
+    quiet_numpy_notice()
+
 import argparse
 import statistics
 import sys

@@ -8,97 +8,47 @@ carries every rank's own arguments; each rank calls the implementation with a
 
 Faults end in an exception, never a hang: a rank that raises comes back with
 its traceback; a rank that dies or does not answer within ``timeout`` is named,
-and the pool is closed so that the next use starts a fresh one.  Rank processes
-die with their driver (``PR_SET_PDEATHSIG`` on Linux, plus a parent check), and
-:meth:`RankPool.close` runs at interpreter exit.
+and the pool is closed so that the next use starts a fresh one.  Ranks fork
+from a server process that imported torch once (multiprocessing's fork
+server), so starting a pool takes milliseconds after the first.  Rank processes
+die with their driver: the fork server exits when the driver does, each rank
+dies with the fork server (``PR_SET_PDEATHSIG`` on Linux) and stops when the
+driver's end of its connection closes; :meth:`RankPool.close` runs at
+interpreter exit.
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
-import ctypes
-import datetime
+import multiprocessing
 import os
 import pickle
 import secrets
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 import weakref
-from multiprocessing.connection import Client, Connection, Listener, wait
+from multiprocessing.connection import Connection, Listener, wait
 from typing import Any
 
 from sharded.group import Traffic
 from sharded.simulated import RankTimeout
-from sharded.tasks import TaskRunner, in_step, outcome
+from sharded.tasks import in_step, outcome
 
 DEFAULT_START_TIMEOUT = 120.0
 _live_pools: weakref.WeakSet[RankPool] = weakref.WeakSet()
+# Ranks fork from one server process per driver that has imported torch once (see sharded.rank_process).
+_FORK = multiprocessing.get_context("forkserver")
+_FORK.set_forkserver_preload(["sharded.rank_process"])
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    if sys.platform == "linux":
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-
-def _rank_main(
-    rank: int, world_size: int, backend: str, store_path: str, timeout: float, conn: Connection, parent_pid: int
-) -> None:
-    import torch
-    import torch.distributed as dist
-
-    from sharded.torch_group import TorchGroup
-
-    torch.set_num_threads(1)
-    store = dist.FileStore(store_path, world_size)
-    dist.init_process_group(
-        backend, store=store, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout)
-    )
-    runner = TaskRunner(TorchGroup())
-    _send(conn, ("ready", rank))
-    while True:
-        if not conn.poll(1.0):
-            if os.getppid() != parent_pid:
-                break
-            continue
-        try:
-            task = _recv(conn)
-        except EOFError:
-            break
-        if task is None:
-            break
-        _send(conn, runner.run(*task))
-    dist.destroy_process_group()
-
-
-def _worker(argv: list[str]) -> None:
-    """Entry point of one rank process (``python -m sharded.pool ...``), started by :class:`RankPool`."""
-    parser = argparse.ArgumentParser()
-    for name in ("rank", "world-size", "parent-pid"):
-        parser.add_argument(f"--{name}", type=int, required=True)
-    for name in ("backend", "store", "address"):
-        parser.add_argument(f"--{name}", required=True)
-    parser.add_argument("--timeout", type=float, required=True)
-    args = parser.parse_args(argv)
-    _die_with_parent(args.parent_pid)
-    conn = Client(args.address, authkey=bytes.fromhex(os.environ.pop("TPARGMAX_POOL_KEY")))
-    _send(conn, args.rank)
-    _rank_main(args.rank, args.world_size, args.backend, args.store, args.timeout, conn, args.parent_pid)
-
-
-def _send(conn: Connection, obj: object) -> None:
+def send(conn: Connection, obj: object) -> None:
     """Plain pickle: tensors travel by value, not as shared-memory handles tied to one process."""
     conn.send_bytes(pickle.dumps(obj))
 
 
-def _recv(conn: Connection) -> Any:
+def recv(conn: Connection) -> Any:
     return pickle.loads(conn.recv_bytes())
 
 
@@ -118,43 +68,22 @@ class RankPool:
         self.timeout = timeout
         self._dir = tempfile.mkdtemp(prefix="tpargmax-pool-")
         key = secrets.token_bytes(16)
-        env = {
-            **os.environ,
-            "TPARGMAX_POOL_KEY": key.hex(),
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),  # ranks import what the driver can
-            "PYTHONWARNINGS": "ignore:Failed to initialize NumPy",  # torch's import-time notice, not ours
-        }
-        self._procs: list[subprocess.Popen] = []
+        self._procs: list[multiprocessing.process.BaseProcess] = []
         self._conns: list[Connection] = []
         _live_pools.add(self)
         with Listener(os.path.join(self._dir, "sock"), authkey=key) as listener:
             for rank in range(world_size):
-                cmd = [
-                    sys.executable,
-                    "-m",
-                    "sharded.pool",
-                    "--rank",
-                    str(rank),
-                    "--world-size",
-                    str(world_size),
-                    "--parent-pid",
-                    str(os.getpid()),
-                    "--backend",
-                    backend,
-                    "--store",
-                    os.path.join(self._dir, "store"),
-                    "--address",
-                    listener.address,
-                    "--timeout",
-                    str(timeout),
-                ]
-                self._procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL))
+                store = os.path.join(self._dir, "store")
+                args = (rank, world_size, backend, store, timeout, listener.address, key)
+                proc = _FORK.Process(target=_rank_main, args=args, name=f"tpargmax-rank-{rank}", daemon=True)
+                proc.start()
+                self._procs.append(proc)
             self._conns = [None] * world_size  # type: ignore[list-item]
             listener._listener._socket.settimeout(start_timeout)  # never wait forever for a rank to call in
             try:
                 for _ in range(world_size):
                     conn = listener.accept()
-                    self._conns[_recv(conn)] = conn
+                    self._conns[recv(conn)] = conn
             except OSError:
                 self._fail_start([r for r, c in enumerate(self._conns) if c is None], start_timeout)
         _, missing = self._collect(start_timeout)
@@ -172,12 +101,12 @@ class RankPool:
 
     @property
     def alive(self) -> bool:
-        return bool(self._procs) and all(p.poll() is None for p in self._procs)
+        return bool(self._procs) and all(p.exitcode is None for p in self._procs)
 
     def _describe(self, missing: list[int], waited: float) -> str:
         parts = []
         for rank in missing:
-            code = self._procs[rank].poll()
+            code = self._procs[rank].exitcode
             if code is None:
                 parts.append(f"rank {rank} did not answer within {waited}s (hung)")
             elif code < 0:
@@ -203,12 +132,9 @@ class RankPool:
                 rank = self._conns.index(conn)
                 pending.discard(rank)
                 try:
-                    replies[rank] = _recv(conn)
+                    replies[rank] = recv(conn)
                 except (EOFError, OSError):
-                    try:
-                        self._procs[rank].wait(1.0)  # it died: let its exit code settle
-                    except subprocess.TimeoutExpired:
-                        pass
+                    self._procs[rank].join(1.0)  # it died: let its exit code settle
         return replies, sorted(set(range(self.world_size)) - set(replies))
 
     def run(self, spec: str, per_rank_kwargs: list[dict[str, Any]]) -> tuple[list[Any], list[Traffic]]:
@@ -216,28 +142,27 @@ class RankPool:
         if not self.alive:
             raise RuntimeError("this pool is closed; start a new one")
         for conn, kwargs in zip(self._conns, per_rank_kwargs, strict=True):
-            _send(conn, (spec, kwargs))
+            send(conn, (spec, kwargs))
         replies, missing = self._collect(self.timeout)
         absent = self._describe(missing, self.timeout)
         if not in_step(replies, self.world_size):
-            self.close()  # the group is broken or out of step: the next use starts a fresh pool
+            self.close(wait=0.0)  # broken or out of step, so ranks may be stuck: the next use starts a fresh pool
         return outcome(replies, self.world_size, f"{self.backend} group", absent)
 
-    def close(self) -> None:
-        """Stop every rank process (politely, then by force) and remove the rendezvous files."""
+    def close(self, wait: float = 2.0) -> None:
+        """Stop every rank process (politely for up to ``wait`` seconds, then by force); remove the rendezvous files."""
         for conn in self._conns:
             if conn is not None:
                 try:
-                    _send(conn, None)
+                    send(conn, None)
                 except OSError:
                     pass
-        deadline = time.monotonic() + 2.0
+        deadline = time.monotonic() + wait
         for proc in self._procs:
-            try:
-                proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.exitcode is None:
                 proc.kill()
-                proc.wait()
+                proc.join()
         for conn in self._conns:
             if conn is not None:
                 conn.close()
@@ -252,5 +177,8 @@ def close_all_pools() -> None:
         pool.close()
 
 
-if __name__ == "__main__":
-    _worker(sys.argv[1:])
+def _rank_main(*args: Any) -> None:
+    """A rank process's target; the fork server has ``sharded.rank_process`` imported already."""
+    from sharded.rank_process import main
+
+    main(*args)

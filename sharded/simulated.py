@@ -1,15 +1,23 @@
 """A simulated TP group: one thread per rank, exchanging only through collectives.
 
-Each rank runs the real rank code concurrently and sees nothing but its own
-shard and what the collectives hand back.  Every collective waits at most
-``timeout`` seconds; a rank that raises aborts its peers at once, and a rank
-that hangs is named in the error instead of hanging the test.
+Each rank runs the real rank code and sees nothing but its own shard and what
+the collectives hand back.  The ranks take turns, in rank order: the driver
+hands the turn to one rank, which runs until it enters a collective (or
+returns) and hands it back; once every rank waits in the same collective, the
+exchange happens and a new round of turns begins.  Turn-taking is a valid
+schedule of concurrent ranks, and it makes a run deterministic and fast: no two
+rank threads ever contend for the GIL.
+
+It also makes faults exact instead of timed: a rank that returns or calls
+another collective while its peers wait is named at once, and a rank that
+raises stops its peers.  Only a rank that runs ``timeout`` seconds without
+reaching a collective is reported as hung.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from typing import TypeVar
@@ -27,40 +35,97 @@ class CollectiveError(RuntimeError):
     """A collective could not complete: mismatched calls, or a peer failed."""
 
 
-class CollectiveTimeout(CollectiveError):
-    """This rank waited ``timeout`` seconds in a collective that some peer never joined."""
-
-
 class RankTimeout(RuntimeError):
-    """A rank hung, or a collective timed out; the message names the ranks."""
+    """A rank hung, or some rank never joined a collective its peers wait in; the message names the ranks."""
+
+
+def _baton() -> threading.Lock:
+    """A held lock as a binary semaphore: another thread's ``release`` hands the turn over (and fast, in C)."""
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
+class _RankThread(threading.Thread):
+    """A daemon thread that runs one rank's job after another; idle ones wait in ``_IDLE``.
+
+    Reusing threads saves a thread start per rank per run; a thread whose job
+    never ends (a hung rank) simply never comes back to the idle queue.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(name="tp-rank", daemon=True)
+        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.start()
+
+    def run(self) -> None:
+        while True:
+            self.jobs.get()()
+
+
+_IDLE: queue.SimpleQueue[_RankThread] = queue.SimpleQueue()
+
+
+class _Turn:
+    """One rank's seat at the table: how to resume it, what it waits in and what it gets back."""
+
+    def __init__(self, job: Callable[[], None]) -> None:
+        self.job: Callable[[], None] | None = job  # its first turn: handed to an idle thread
+        self.go = _baton()  # its later turns
+        self.call: tuple[str, torch.Tensor] | None = None  # the collective this rank waits in
+        self.reply: list[torch.Tensor] | None = None
+        self.abort: str | None = None  # why the run ended while this rank waited
+        self.finished = False
 
 
 class _World:
-    def __init__(self, world_size: int, timeout: float) -> None:
+    def __init__(self, world_size: int, jobs: list[Callable[[], None]]) -> None:
         self.world_size = world_size
-        self.timeout = timeout
-        self.barrier = threading.Barrier(world_size)
-        self.slots: list[tuple[str, torch.Tensor] | None] = [None] * world_size
-        self.failed = False  # set by a rank that raised, before it aborts the barrier
+        self.turns = [_Turn(job) for job in jobs]
+        self.back = _baton()  # a rank hands the turn back to the driver
+        self.over = False
 
-    def _wait(self, rank: int, what: str) -> None:
+    def resume(self, rank: int) -> None:
+        """Give ``rank`` the turn (the driver does)."""
+        turn = self.turns[rank]
+        if turn.job is None:
+            turn.go.release()
+            return
+        job, turn.job = turn.job, None
         try:
-            self.barrier.wait(self.timeout)
-        except threading.BrokenBarrierError:
-            if self.failed:
-                raise CollectiveError(f"rank {rank}: {what} aborted because a peer failed") from None
-            raise CollectiveTimeout(f"rank {rank}: {what} timed out after {self.timeout}s") from None
+            thread = _IDLE.get_nowait()
+        except queue.Empty:
+            thread = _RankThread()
+        thread.jobs.put(job)
+
+    def hand_back(self) -> None:
+        """End this rank's turn (unless the run has ended, when nobody waits for it)."""
+        if not self.over:
+            self.back.release()
 
     def exchange(self, rank: int, what: str, tensor: torch.Tensor) -> list[torch.Tensor]:
-        self.slots[rank] = (what, tensor.detach().clone())
-        self._wait(rank, what)
-        entries = list(self.slots)
-        self._wait(rank, what)  # nobody refills a slot before every rank has read it
-        signatures = {(w, t.dtype, tuple(t.shape)) for w, t in entries}
-        if len(signatures) != 1:
-            calls = "; ".join(f"rank {r}: {w} {t.dtype} {tuple(t.shape)}" for r, (w, t) in enumerate(entries))
-            raise CollectiveError(f"ranks called mismatched collectives: {calls}")
-        return [t for _, t in entries]
+        """Wait in collective ``what`` until every rank is in it; every rank's tensor in rank order."""
+        turn = self.turns[rank]
+        if self.over:
+            raise CollectiveError(f"rank {rank}: {what} called after the run ended")
+        turn.call, turn.reply = (what, tensor.detach().clone()), None
+        self.hand_back()
+        turn.go.acquire()
+        turn.call = None
+        if turn.abort is not None:
+            raise CollectiveError(f"rank {rank}: {what} aborted: {turn.abort}")
+        return turn.reply
+
+    def stop(self, why: str) -> None:
+        """End the run: every rank still waiting in a collective raises CollectiveError and exits."""
+        self.over = True
+        for turn in self.turns:
+            if turn.call is not None and not turn.finished:
+                turn.abort = why
+                try:
+                    turn.go.release()
+                except RuntimeError:  # its turn was being handed over as the run ended: it wakes anyway
+                    pass
 
 
 class SimGroup:
@@ -91,46 +156,68 @@ class SimGroup:
 def run_simulated(
     rank_fn: Callable[[SimGroup], T], world_size: int, timeout: float = DEFAULT_TIMEOUT
 ) -> tuple[list[T], list[SimGroup]]:
-    """Run ``rank_fn(group)`` on every rank concurrently; return results and groups in rank order.
+    """Run ``rank_fn(group)`` on every rank, turn by turn; return results and groups in rank order.
 
-    If a rank raises, its exception is re-raised (the lowest such rank's, with a
-    note naming it and its traceback); if a rank hangs or a collective times
-    out, :class:`RankTimeout` names the ranks.
+    If a rank raises, its exception is re-raised with a note naming the rank and
+    its traceback, and its peers are stopped.  A rank that returns or calls
+    another collective while its peers wait raises :class:`RankTimeout` (as it
+    would hang a real group) or :class:`CollectiveError`; so does a rank that
+    runs ``timeout`` seconds without reaching a collective.
     """
-    world = _World(world_size, timeout)
-    groups = [SimGroup(world, r) for r in range(world_size)]
     results: list = [None] * world_size
     errors: dict[int, BaseException] = {}
 
-    def body(rank: int) -> None:
-        try:
-            results[rank] = rank_fn(groups[rank])
-        except BaseException as exc:  # noqa: BLE001 - reported to the caller below
-            if not isinstance(exc, CollectiveError):
-                world.failed = True
-            exc.add_note(f"raised on rank {rank} of {world_size}:\n{traceback.format_exc()}")
-            errors[rank] = exc
-            world.barrier.abort()
+    def job(rank: int) -> Callable[[], None]:
+        def body() -> None:
+            threading.current_thread().name = f"tp-rank-{rank}"
+            try:
+                results[rank] = rank_fn(groups[rank])
+            except BaseException as exc:  # noqa: BLE001 - reported to the caller below
+                errors[rank] = exc  # its traceback is formatted by the driver: see below
+            turn = world.turns[rank]
+            turn.call, turn.finished = None, True
+            _IDLE.put(threading.current_thread())  # free before the turn goes back, so the next run reuses it
+            world.hand_back()
 
-    threads = [threading.Thread(target=body, args=(r,), name=f"tp-rank-{r}", daemon=True) for r in range(world_size)]
-    for t in threads:
-        t.start()
-    # A rank blocked in a collective gives up after `timeout`; allow one more for the rest.
-    deadline = time.monotonic() + 2 * timeout
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-    hung = [r for r, t in enumerate(threads) if t.is_alive()]
-    if hung:
-        world.barrier.abort()
-        raise RankTimeout(f"rank(s) {hung} of {world_size} still running after {2 * timeout}s, outside any collective")
-    primary = {r: e for r, e in errors.items() if not isinstance(e, CollectiveError) or "mismatched" in str(e)}
-    if primary:
-        raise errors[min(primary)]
-    if errors:
-        waited = sorted(errors)
-        absent = [r for r in range(world_size) if r not in errors]
-        raise RankTimeout(
-            f"a collective timed out after {timeout}s: rank(s) {waited} waited in it, "
-            f"rank(s) {absent} of {world_size} never joined (returned early or called another collective)"
-        )
-    return results, groups
+        return body
+
+    world = _World(world_size, [job(r) for r in range(world_size)])
+    groups = [SimGroup(world, r) for r in range(world_size)]
+    while True:
+        for rank, turn in enumerate(world.turns):
+            if turn.finished:
+                continue
+            world.resume(rank)
+            if not world.back.acquire(timeout=timeout):
+                world.stop(f"rank {rank} hung")
+                raise RankTimeout(
+                    f"rank {rank} of {world_size} still running after {timeout}s, outside any collective (hung)"
+                )
+            if rank in errors:
+                break
+        if errors:
+            first = min(errors)
+            world.stop(f"rank {first} raised")
+            exc = errors[first]
+            # Formatted here, in the driver's thread: Python 3.11's traceback module parses source with
+            # ast, which is not safe in two threads at once (CPython gh-106905), and stopped ranks wake now.
+            exc.add_note(f"raised on rank {first} of {world_size}:\n{''.join(traceback.format_exception(exc))}")
+            raise exc
+        waiting = {r: t.call for r, t in enumerate(world.turns) if not t.finished}
+        if not waiting:
+            return results, groups
+        if len(waiting) < world_size:
+            world.stop("a peer returned without joining")
+            what = next(iter(waiting.values()))[0]
+            returned = [r for r in range(world_size) if r not in waiting]
+            raise RankTimeout(
+                f"a collective was never joined: rank(s) {sorted(waiting)} waited in {what}, "
+                f"rank(s) {returned} of {world_size} returned without joining it (a real group would hang)"
+            )
+        if len({(w, t.dtype, tuple(t.shape)) for w, t in waiting.values()}) != 1:
+            world.stop("mismatched collectives")
+            calls = "; ".join(f"rank {r}: {w} {t.dtype} {tuple(t.shape)}" for r, (w, t) in waiting.items())
+            raise CollectiveError(f"ranks called mismatched collectives: {calls}")
+        parts = [t for _, t in waiting.values()]
+        for turn in world.turns:
+            turn.reply = parts

@@ -51,12 +51,15 @@ def outcome(replies: dict[int, tuple], world_size: int, label: str, absent: str)
     """Outputs and traffic in rank order, or the exception that explains the failure.
 
     A rank's own exception wins over the collective failures it caused in its
-    peers; ranks that never answered (``absent`` says why) raise RankTimeout.
+    peers.  When every rank failed in a collective (say, mismatched calls), the
+    lowest rank's error is raised.  Otherwise a collective that some rank never
+    joined, because it hung, died or returned early, raises RankTimeout
+    (``absent`` says why ranks gave no answer), whichever side of the timeout
+    the waiting ranks' own errors arrived on.
     """
     errors = {r: rep for r, rep in replies.items() if rep[0] == "error"}
     causes = {r: rep for r, rep in errors.items() if not rep[5]}
-    missing = len(replies) < world_size
-    if causes or (errors and not missing):
+    if causes or len(errors) == world_size:
         rank = min(causes or errors)
         _, name, is_value_error, message, tb, _ = errors[rank]
         exc = (RemoteValueError if is_value_error else RemoteError)(
@@ -64,10 +67,12 @@ def outcome(replies: dict[int, tuple], world_size: int, label: str, absent: str)
         )
         exc.add_note(f"traceback on rank {rank}:\n{tb}")
         raise exc
-    if missing:
+    if errors or len(replies) < world_size:
+        answered = sorted(set(replies) - set(errors))
+        why = [absent] if absent else []
         if errors:
-            absent += f"; rank(s) {sorted(errors)} failed in a collective waiting for them"
-        elif replies:
-            absent += f"; rank(s) {sorted(replies)} had answered"
-        raise RankTimeout(f"{label} of {world_size}: {absent}")
+            why.append(f"rank(s) {sorted(errors)} failed in a collective waiting for the others")
+        if answered:
+            why.append(f"rank(s) {answered} had answered")
+        raise RankTimeout(f"{label} of {world_size}: {'; '.join(why)}")
     return [replies[r][1] for r in range(world_size)], [replies[r][2] for r in range(world_size)]

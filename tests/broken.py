@@ -1,4 +1,4 @@
-"""Deliberately broken implementations: the suite must catch every one (tests/test_power.py).
+"""Deliberately broken implementations: the suite must catch every one (tests/test_power.py, tests/test_pool.py).
 
 Each is the correct local path with one bug that real engines have had or could
 have, written from the same pieces as the built-ins so that only the bug differs.
@@ -132,20 +132,3 @@ def rank_one_dies(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t
             raise RuntimeError("rank_one_dies kills its process: run it on a process group, not the simulated one")
         os.kill(os.getpid(), signal.SIGKILL)
     return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
-
-
-# broken implementation -> the words its failure under test_token_exact or test_rejects_bad_input must contain
-EXPECTED_RULES = {
-    "no_padding_mask": "padding id returned",
-    "last_index_in_shard": "tie within a shard resolved to a later index",
-    "highest_rank_wins": "tie across ranks resolved to the higher rank",
-    "ids_in_bf16": "id carried in bfloat16",
-    "off_by_one_at_shard_start": "global id off by one",
-    "softcap_after_choosing": "soft cap applied after choosing",
-    "key_without_zero_canon": "signed zero",
-    "key_without_nan_canon": "NaN not treated as the maximum",
-    "d2t_skipped": "d2t mapping skipped",
-    "scale_sign_ignored": "bad input accepted",
-    "last_rank_skips_the_exchange": "rank(s) [0] waited in it",
-    "rank_one_raises": "raised on valid input: RuntimeError: rank 1 lost its shard",
-}

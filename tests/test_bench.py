@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from properties.test_traffic import FORMULAS
+from sharded import NUMPY_NOTICE
 from sharded.bench import PATHS, bytes_per_rank
 from tests.suite import ROOT
 
@@ -35,6 +36,7 @@ def test_bench_prints_a_row_per_cell():
     assert len(rows) == 2 and all(len(r.split("|")) == 4 for r in rows), out.stdout
     assert rows[0].endswith("4096       16      8")  # classic, pairs and key bytes for B=1, V_padded=1024
     assert "matplotlib is not installed" in out.stderr or "chart written" in out.stdout
+    assert NUMPY_NOTICE not in out.stderr, out.stderr  # an entry point: torch's notice is silenced
 
 
 def test_bench_bytes_match_the_checked_formulas():

@@ -7,66 +7,70 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+
+from conftest import read_xfails
+from properties.replay import main as replay_main
 from tests.suite import ROOT, run_suite
 
 
 def test_readme_example_implementation_passes():
-    out = run_suite("--impl", "examples.float64_pairs:local_argmax", "properties")
+    # every property on both backends; a few generated examples each besides the pinned edge cases
+    out = run_suite("--impl", "examples.float64_pairs:local_argmax", "--max-examples", "10", "properties")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert " passed" in out.stdout and "failed" not in out.stdout
 
 
-def test_a_wrong_implementation_fails_with_rule_case_and_replay():
-    out = run_suite(
-        "--impl",
-        "tests.broken:highest_rank_wins",
-        "--backend",
-        "sim",
-        "properties/test_equivalence.py",
-        "-k",
-        "token_exact",
-    )
-    assert out.returncode == 1, out.stdout[-3000:]
-    assert "[tie across ranks resolved to the higher rank]" in out.stdout
-    assert "replay: python -m properties.replay --impl tests.broken:highest_rank_wins" in out.stdout
-    replay = shlex.split(out.stdout.rsplit("replay: python -m properties.replay", 1)[1].splitlines()[0])
-    replay = ["python", "-m", "properties.replay", *replay]
-    assert "tpargmax repro file" in out.stdout and "replay: tpargmax repro " in out.stdout
-    assert replay[:3] == ["python", "-m", "properties.replay"]
-    again = subprocess.run([sys.executable, *replay[1:]], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert again.returncode == 1 and "tie across ranks resolved to the higher rank" in again.stdout, again.stdout
+def section(stdout: str, test_id: str) -> str:
+    """The part of pytest's report about one test (its failure section or its summary line)."""
+    lines = stdout.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("__") and f" {test_id} " in line]
+    if not starts:
+        return "\n".join(line for line in lines if test_id in line)
+    end = next((i for i in range(starts[0] + 1, len(lines)) if lines[i].startswith(("__", "=="))), len(lines))
+    return "\n".join(lines[starts[0] : end])
+
+
+def test_broken_implementations_fail_clearly_through_the_suite(tmp_path, capsys):
+    """Three implementations in one run, as a user lists them: a wrong one, a hanging one and a known failure."""
+    xfails = tmp_path / "xfails.txt"
+    xfails.write_text("test_token_exact[tests.broken:d2t_skipped  # we map d2t later, outside the reduction\n")
+    impls = "tests.broken:highest_rank_wins,tests.broken:last_rank_skips_the_exchange,tests.broken:d2t_skipped"
+    args = ["--impl", impls, "--backend", "sim", "properties/test_equivalence.py", "-k", "token_exact", "-rx"]
+    out = run_suite(*args, TPARGMAX_XFAILS=str(xfails))
+    assert out.returncode == 1 and "2 failed" in out.stdout and "1 xfailed" in out.stdout, out.stdout[-3000:]
+
+    # wrong: the rule, the shrunk case, a replay command that reproduces it, and a repro file
+    wrong = section(out.stdout, "test_token_exact[tests.broken:highest_rank_wins-sim]")
+    assert "[tie across ranks resolved to the higher rank]" in wrong, wrong
+    assert "tpargmax repro file" in wrong and "replay: tpargmax repro " in wrong, wrong
+    replay = shlex.split(wrong.rsplit("replay: python -m properties.replay", 1)[1].splitlines()[0])
+    assert replay[:2] == ["--impl", "tests.broken:highest_rank_wins"]
+    assert replay_main(replay) == 1  # the printed command, run in this process
+    again = capsys.readouterr().out
+    assert "tie across ranks resolved to the higher rank" in again, again
+
+    # hanging: a rank that skips the exchange is named at once on the simulated group (on gloo the
+    # pool's timeout names it: tests/test_pool.py), and the hang is reported, not shrunk
+    hung = section(out.stdout, "test_token_exact[tests.broken:last_rank_skips_the_exchange-sim]")
+    assert "ImplementationHung: [hang:" in hung and "never joined" in hung, hung
+
+    # known failure: a strict xfail with the reason from the file (TPARGMAX_XFAILS)
+    known = section(out.stdout, "test_token_exact[tests.broken:d2t_skipped-sim]")
+    assert "XFAIL" in known and "we map d2t later" in known, out.stdout[-3000:]
 
 
 def test_unknown_impl_is_a_usage_error():
-    out = run_suite("--impl", "no_such_module:fn", "properties/test_equivalence.py")
+    out = run_suite("--impl", "vllm_pairs,no_such_module:fn", "properties/test_equivalence.py")
     assert out.returncode == 4
     assert "--impl 'no_such_module:fn': cannot load it" in out.stderr
 
 
-def test_a_hanging_implementation_fails_fast_naming_the_rank():
-    out = run_suite(
-        "--impl",
-        "tests.broken:last_rank_skips_the_exchange",
-        "--collective-timeout",
-        "0.5",
-        "properties/test_equivalence.py",
-        "-k",
-        "token_exact",
-    )
-    assert out.returncode == 1, out.stdout[-3000:]
-    assert "never joined" in out.stdout and "ImplementationHung: [hang:" in out.stdout
-
-
-def test_xfails_file_marks_known_failures(tmp_path):
+def test_an_xfail_without_a_reason_is_a_usage_error(tmp_path):
     xfails = tmp_path / "xfails.txt"
-    xfails.write_text("test_token_exact[tests.broken:d2t_skipped  # we map d2t later, outside the reduction\n")
-    args = ["--impl", "tests.broken:d2t_skipped", "properties/test_equivalence.py", "-k", "token_exact", "-rx"]
-    args += ["--backend", "sim"]
-    out = run_suite(*args, "--xfails-file", str(xfails))
-    assert out.returncode == 0 and "1 xfailed" in out.stdout and "we map d2t later" in out.stdout, out.stdout
-    xfails.write_text("test_token_exact\n")
-    out = run_suite(*args, TPARGMAX_XFAILS=str(xfails))
-    assert out.returncode == 4 and "give a reason after '#'" in out.stderr
+    xfails.write_text("test_token_exact  # a reason\n\ntest_output_contract\n")
+    with pytest.raises(pytest.UsageError, match=r"xfails.txt:3: give a reason after '#' for 'test_output_contract'"):
+        read_xfails(str(xfails))
 
 
 def test_ci_profile_is_the_default_under_ci_and_dev_otherwise():

@@ -1,4 +1,7 @@
-"""The gloo rank pool: faults end in clear exceptions within the timeout, and no rank process outlives its driver."""
+"""The gloo rank pool: faults end in clear exceptions, and no rank process outlives its driver.
+
+The pool's own timeout is what ends a hang here; the tests assert what it reports, never how fast.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ from sharded.simulated import RankTimeout
 from sharded.tasks import RemoteError, RemoteValueError
 from tests.suite import ROOT
 
-TIMEOUT = 3.0
+TIMEOUT = 3.0  # the pool's hang timeout: what a healthy task takes is milliseconds
+GONE_WITHIN = 60.0  # a closed pool's processes exit in milliseconds; this only bounds a regression
 
 
 @pytest.fixture
@@ -31,7 +35,7 @@ def kwargs_for(tp: int = 2, **changes):
     return [{**rank_kwargs(inputs, r), **changes} for r in range(tp)]
 
 
-def gone(pids: list[int], within: float = 10.0) -> bool:
+def gone(pids: list[int], within: float = GONE_WITHIN) -> bool:
     """True once none of ``pids`` is a live (non-zombie) process."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -66,10 +70,8 @@ def test_bad_input_on_every_rank_is_a_value_error_and_keeps_the_pool(pool):
 
 def test_a_raising_rank_comes_back_with_its_traceback(pool):
     pids = pool.pids
-    start = time.monotonic()
     with pytest.raises(RemoteError, match=r"rank 1 of 2 raised RuntimeError: rank 1 lost its shard") as info:
         pool.run("tests.broken:rank_one_raises", kwargs_for())
-    assert time.monotonic() - start < TIMEOUT
     assert "tests/broken.py" in "".join(info.value.__notes__)
     assert not pool.alive and gone(pids), "a pool whose ranks fell out of step must be closed"
 
@@ -81,25 +83,34 @@ def test_a_raising_rank_comes_back_with_its_traceback(pool):
         ("tests.broken:rank_one_dies", r"rank 1 died \(SIGKILL\)"),
         (
             "tests.broken:last_rank_skips_the_exchange",
-            r"rank 0 did not answer within 3.0s \(hung\); rank\(s\) \[1\] had",
+            r"rank 0 did not answer within 3.0s \(hung\); rank\(s\) \[1\] had answered",
         ),
     ],
 )
-def test_a_hung_or_dead_rank_is_named_within_the_timeout(pool, name, words):
+def test_a_hung_or_dead_rank_is_named(pool, name, words):
     pids = pool.pids
-    start = time.monotonic()
     with pytest.raises(RankTimeout, match=words):
         pool.run(name, kwargs_for())
-    assert time.monotonic() - start < 2 * TIMEOUT
     assert not pool.alive and gone(pids)
 
 
 DRIVER = """
-import signal, sys, time
+import os, signal, sys, time
 from sharded.pool import RankPool
 signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C semantics even if started with SIGINT ignored
 pool = RankPool(2)
-print(" ".join(map(str, pool.pids)), flush=True)
+parents = {}
+for entry in os.listdir("/proc"):
+    try:
+        with open(f"/proc/{entry}/stat") as fh:
+            parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (ValueError, OSError):
+        pass
+family, grew = {os.getpid()}, True
+while grew:  # every descendant: the fork server and the ranks it forked
+    grew = bool(more := {pid for pid, ppid in parents.items() if ppid in family} - family)
+    family |= more
+print(" ".join(map(str, pool.pids)), "|", " ".join(map(str, sorted(family - {os.getpid()}))), flush=True)
 time.sleep(float(sys.argv[1]))
 """
 
@@ -113,9 +124,10 @@ def test_no_rank_process_outlives_its_driver(how):
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    pids = [int(p) for p in driver.stdout.readline().split()]
-    assert len(pids) == 2
+    ranks, _, family = driver.stdout.readline().partition("|")
+    ranks, family = [int(p) for p in ranks.split()], [int(p) for p in family.split()]
+    assert len(ranks) == 2 and set(ranks) < set(family), (ranks, family)  # the fork server is family too
     if how != "exit":
         driver.send_signal(getattr(signal, how))
-    driver.wait(30)
-    assert gone(pids), f"rank processes {pids} survived their driver's {how}"  # zombies awaiting init count as gone
+    driver.wait(GONE_WITHIN)
+    assert gone(family), f"processes {family} survived their driver's {how}"  # zombies awaiting init count as gone

@@ -1,12 +1,8 @@
 """The ``tpargmax`` command. It runs from the checkout: the suite's packages sit beside this one."""
 
 import sys
-import warnings
 from pathlib import Path
 
 _CHECKOUT = str(Path(__file__).resolve().parent.parent)
 if _CHECKOUT not in sys.path:
     sys.path.append(_CHECKOUT)
-
-# torch warns on import when NumPy is absent; this project never uses NumPy.
-warnings.filterwarnings("ignore", message="Failed to initialize NumPy")

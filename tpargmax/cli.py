@@ -1,4 +1,4 @@
-"""The ``tpargmax`` command: ``check-d2t``, ``repro``, ``promote`` and ``fuzz``.
+"""The ``tpargmax`` command: ``check-d2t``, ``repro``, ``promote``, ``fuzz`` and ``throughput``.
 
 ``check-d2t`` exits 0 when ``use_local_argmax_reduction`` is safe for the draft's
 d2t table, 1 when it is unsafe or invalid, 2 when the file cannot be read or
@@ -11,16 +11,17 @@ import argparse
 import json
 import sys
 
-import torch
-
 import tpargmax  # noqa: F401 - puts the checkout on sys.path
-from tpargmax.checkpoint import CheckpointError, find_key, read_tensors
+from sharded import quiet_numpy_notice
 
 
 def check_d2t(args: argparse.Namespace) -> int:
+    import torch
+
     from properties.d2t_findings import check_tie, targets_of
     from reference.d2t import NON_MONOTONE, analyse_d2t
     from sharded.impls import load_impl
+    from tpargmax.checkpoint import CheckpointError, find_key, read_tensors
 
     try:
         tensors = read_tensors(args.path)
@@ -94,19 +95,41 @@ def build_parser() -> argparse.ArgumentParser:
     pro.add_argument("--out", default=".hypothesis/patches", help="where the patch goes (default %(default)s)")
     pro.set_defaults(run=lambda args: _lazy("tpargmax.promote", "promote")(args))
 
-    fuzz = commands.add_parser("fuzz", help="run the property suite under the nightly profile for a time budget")
-    fuzz.add_argument("--minutes", type=float, required=True, help="time budget")
-    fuzz.add_argument("--impl", help="implementation under test (default: the built-in local paths)")
+    fuzz = commands.add_parser("fuzz", help="run the property suite under the nightly profile within a budget")
+    fuzz.add_argument("--minutes", type=float, help="time budget")
+    fuzz.add_argument("--rounds", type=int, help="number of rounds (with --minutes: whichever ends first)")
+    fuzz.add_argument(
+        "--examples",
+        type=int,
+        default=50,
+        help="examples per property in a round (default %(default)s; "
+        "with --minutes, later rounds are resized to the time left)",
+    )
+    fuzz.add_argument("--seed", type=int, help="draw every round's seed from this one, to rerun a session exactly")
+    fuzz.add_argument("-k", help="only the properties matching this pytest -k expression")
+    fuzz.add_argument("--impl", help="implementations under test, comma-separated (default: the built-in local paths)")
     fuzz.add_argument("--backend", default="sim", help="sim, gloo or both, comma-separated (default %(default)s)")
     fuzz.add_argument("-n", "--workers", default="auto", help="pytest-xdist workers (default %(default)s)")
     fuzz.add_argument("--repro-dir", default="repro", help="where failures are written (default %(default)s)")
     fuzz.add_argument("--log", default=".hypothesis/fuzz-log.jsonl", help="seeds and counts per round")
     fuzz.set_defaults(run=lambda args: _lazy("tpargmax.fuzz", "fuzz")(args))
+
+    speed = commands.add_parser("throughput", help="examples per second of the core properties, per backend")
+    speed.add_argument("--impl", default="vllm_pairs", help="implementation to run them on (default %(default)s)")
+    speed.add_argument("--backend", default="sim,gloo", help="comma-separated backends (default %(default)s)")
+    speed.set_defaults(run=lambda args: _lazy("tpargmax.throughput", "throughput")(args))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    quiet_numpy_notice()  # every subcommand imports torch lazily, after this
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "fuzz" and args.minutes is None and args.rounds is None:
+        parser.error("fuzz: give a budget: --minutes, --rounds or both")
+    for name in ("minutes", "rounds", "examples"):
+        if args.command == "fuzz" and getattr(args, name) is not None and not getattr(args, name) > 0:
+            parser.error(f"fuzz: --{name} must be > 0, got {getattr(args, name)}")
     return args.run(args)
 
 

@@ -1,11 +1,14 @@
-"""``tpargmax fuzz --minutes N``: run the property suite under the nightly profile until the budget ends.
+"""``tpargmax fuzz``: run the property suite under the nightly profile, round after round, within a budget.
 
-Each round is a pytest run over ``properties/`` with a fresh seed and an example
-budget sized to the time left. Failing tests are printed as they happen, with a
-progress line every 10 seconds; each round's seed, examples per property and
-failing tests go to a JSON-lines log. Failures land in the example database
-(replayed first by the next pytest run) and as repro files. The exit status is
-1 if any test failed.
+The budget is time (``--minutes``), rounds (``--rounds``) or both, whichever
+ends first.  Each round is a pytest run over ``properties/`` with its own seed
+(fresh, or drawn from ``--seed`` so that a whole session can be rerun) and an
+example budget: ``--examples`` per property, resized each round to fit the
+time left when there is a time budget.  Failing tests are printed as they
+happen, with a progress line every 10 seconds; each round's seed, examples per
+property and failing tests go to a JSON-lines log.  Failures land in the
+example database (replayed first by the next pytest run) and as repro files.
+The exit status is 1 if any test failed.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from tpargmax.stats import StatisticsReader
+
 ROOT = Path(__file__).resolve().parent.parent
-STAT_TEST = re.compile(r"^(properties/\S+::\S+):$")
-STAT_COUNT = re.compile(r"^\s+- (\d+) passing, (\d+) failing")
 TEST_ID = re.compile(r"(properties/\S+::\S+)")
 OUTCOMES = (" PASSED", " FAILED", " ERROR")
 
@@ -53,13 +56,14 @@ def _round(
         "-n",
         str(args.workers),
         "-k",
-        "not test_repro_file_replays_clean",
-    ]  # stored repros are regressions
+        f"({args.k}) and not test_repro_file_replays_clean" if args.k else "not test_repro_file_replays_clean",
+    ]  # stored repros are regressions, not fuzz targets
     if args.impl:
         cmd += ["--impl", args.impl]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    finished, current, start, shown = 0, None, time.monotonic(), time.monotonic()
+    finished, start, shown, stats = 0, time.monotonic(), time.monotonic(), StatisticsReader()
     for line in proc.stdout:
+        stats.feed(line)
         if time.monotonic() > deadline and proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # budget spent: let pytest stop and report what it has
             deadline = float("inf")
@@ -71,11 +75,7 @@ def _round(
             if time.monotonic() - shown > 10:
                 shown = time.monotonic()
                 print(f"  [{shown - start:4.0f}s] {finished} tests done; {len(failing)} failing so far", flush=True)
-        elif match := STAT_TEST.match(line):
-            current = match.group(1)
-        elif current and (match := STAT_COUNT.match(line)):
-            totals[current] += int(match.group(1)) + int(match.group(2))
-            current = None
+    totals.update({test: s.examples for test, s in stats.tests.items()})
     try:
         return proc.wait(30)
     except subprocess.TimeoutExpired:
@@ -84,21 +84,20 @@ def _round(
 
 
 def fuzz(args: argparse.Namespace) -> int:
-    deadline = time.monotonic() + 60 * args.minutes
+    deadline = time.monotonic() + 60 * args.minutes if args.minutes is not None else float("inf")
+    rounds = args.rounds if args.rounds is not None else float("inf")
+    seeds = random.Random(args.seed) if args.seed is not None else random.SystemRandom()
     log = Path(args.log)
     log.parent.mkdir(parents=True, exist_ok=True)
     totals: Counter[str] = Counter()
     failing: set[str] = set()
-    examples, round_no, status, started = 50, 0, 0, time.monotonic()
-    while time.monotonic() < deadline - 5:
+    examples, round_no, status, started = args.examples, 0, 0, time.monotonic()
+    while round_no < rounds and time.monotonic() < deadline - 5:
         round_no += 1
-        seed = random.SystemRandom().randrange(2**32)
+        seed = seeds.randrange(2**32)
         before, t0 = sum(totals.values()), time.monotonic()
-        print(
-            f"round {round_no}: seed {seed}, up to {examples} examples per property "
-            f"({(deadline - t0) / 60:.1f} min left)",
-            flush=True,
-        )
+        left = f" ({(deadline - t0) / 60:.1f} min left)" if args.minutes is not None else ""
+        print(f"round {round_no}: seed {seed}, up to {examples} examples per property{left}", flush=True)
         code = _round(args, seed, examples, deadline, totals, failing)
         took, ran = time.monotonic() - t0, sum(totals.values()) - before
         with log.open("a", encoding="utf-8") as fh:
@@ -127,8 +126,9 @@ def fuzz(args: argparse.Namespace) -> int:
             print(f"round {round_no}: pytest exited with status {code}", flush=True)
             status = 1
             break
-        left = deadline - time.monotonic()
-        examples = max(10, int(examples * min(4.0, max(0.25, min(left / 2, 600) / max(took, 1.0)))))
+        if args.minutes is not None:  # size the next round to the time left
+            left = deadline - time.monotonic()
+            examples = max(10, int(examples * min(4.0, max(0.25, min(left / 2, 600) / max(took, 1.0)))))
     elapsed = time.monotonic() - started
     total = sum(totals.values())
     print(

@@ -1,0 +1,44 @@
+"""The commands run as a user runs them, from anywhere, and print no noise: torch's NumPy notice is silenced at
+the command-line entry points only, so importing the suite's modules as a library leaves warnings alone."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sharded import NUMPY_NOTICE
+from tests.d2t_fixtures import HERE
+from tests.suite import ROOT
+
+SCRIPT = Path(sys.executable).parent / "tpargmax"  # what `pip install -e .` puts on the venv's PATH
+FIXTURE = str(HERE / "duplicate.safetensors")
+COMMANDS = {
+    "tpargmax check-d2t": ([str(SCRIPT), "check-d2t", FIXTURE], "/", 1, "non-injective"),
+    "tpargmax check-d2t --help": ([str(SCRIPT), "check-d2t", "--help"], "/", 0, "usage: tpargmax check-d2t"),
+    "python -m tpargmax --help": ([sys.executable, "-m", "tpargmax", "--help"], "/", 0, "usage: tpargmax"),
+    "python -m properties.replay": ([sys.executable, "-m", "properties.replay", "--help"], ROOT, 0, "Case(...)"),
+}
+
+
+def run(command: list[str], cwd: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_command_prints_its_answer_and_nothing_on_stderr(name):
+    command, cwd, status, words = COMMANDS[name]
+    if not Path(command[0]).exists():
+        pytest.skip(f"{command[0]} is missing: install the checkout with README's setup command")
+    out = run(command, cwd)
+    assert out.returncode == status and words in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.stderr == "", out.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("numpy") is not None, reason="with NumPy installed torch has no notice")
+def test_importing_the_suite_as_a_library_changes_no_warning_filter():
+    out = run([sys.executable, "-c", "import tpargmax.cli, properties.runner, sharded.pool"], ROOT)
+    assert out.returncode == 0 and NUMPY_NOTICE in out.stderr, out.stderr
