@@ -6,7 +6,7 @@ raises :class:`~properties.diagnose.PropertyFailure` naming the rule it broke.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -119,12 +119,17 @@ def _mismatch(impl: Impl, inputs: Inputs, tokens: torch.Tensor, rows: torch.Tens
     fail(f"{why}; {rule}", lines, impl, inputs, prop)
 
 
-def check_tp_invariance(impl: Impl, inputs: Inputs) -> None:
+def check_tp_invariance(impl: Impl, inputs: Inputs, tps: Sequence[int] | None = None) -> None:
+    """The tokens at ``inputs.tp`` and at each of ``tps`` (default: every other tp the backend runs) agree."""
+    others = [tp for tp in (backend_tps(inputs.backend) if tps is None else tps) if tp != inputs.tp]
+    with repro_extra(tps=others):
+        _check_tp_invariance(impl, inputs, others)
+
+
+def _check_tp_invariance(impl: Impl, inputs: Inputs, others: list[int]) -> None:
     base = run_checked(impl, inputs, TP_INVARIANCE)
     base_oracle = oracle_tokens(inputs)
-    for tp in backend_tps(inputs.backend):
-        if tp == inputs.tp:
-            continue
+    for tp in others:
         other = inputs.with_tp(tp)
         same_oracle = oracle_tokens(other) == base_oracle  # fp matmuls of other shard shapes may round apart
         if currently_in_test_context() and not bool(same_oracle.all()):

@@ -114,7 +114,7 @@ def check(record: dict[str, Any], impl, inputs: Inputs) -> None:
     elif prop == checks.REJECTS:
         checks.check_rejects(impl, inputs, extra["bad"])
     elif prop == checks.TP_INVARIANCE:
-        checks.check_tp_invariance(impl, inputs)
+        checks.check_tp_invariance(impl, inputs, extra.get("tps"))
     elif prop == checks.DETERMINISM:
         checks.check_determinism(impl, inputs)
     else:

@@ -12,7 +12,7 @@ from properties.checks import (
     check_token_exact,
     check_tp_invariance,
 )
-from properties.runner import prepare
+from properties.runner import backend_tps, prepare
 from properties.strategies import cases, with_edge_cases
 
 
@@ -28,9 +28,12 @@ def test_output_contract(impl, backend, case):
     check_output_contract(impl, prepare(case, backend))
 
 
-@given(case=cases(int_weights=True))
-def test_tp_invariance(impl, backend, case):
-    check_tp_invariance(impl, prepare(case, backend))
+@given(case=cases(int_weights=True), data=st.data())
+def test_tp_invariance(impl, backend, case, data):
+    inputs = prepare(case, backend)
+    others = [tp for tp in backend_tps(backend) if tp != inputs.tp]
+    if others:  # a torchrun job has one tp only
+        check_tp_invariance(impl, inputs, [data.draw(st.sampled_from(others), label="other tp")])
 
 
 @given(case=cases(int_weights=True), data=st.data())

@@ -55,6 +55,7 @@ def test_fuzz_finds_a_planted_bug_and_everything_it_leaves_replays(tmp_path, cap
         "--impl",
         PLANTED,
         "--hypothesis-show-statistics",
+        profile="dev",  # the database is on, as in every plain run outside CI
         TPARGMAX_DB=str(tmp_path / "db"),
     )
     assert plain.returncode == 1

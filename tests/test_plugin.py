@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import shlex
-import subprocess
-import sys
 
-import pytest
-
-from conftest import read_xfails
 from properties.replay import main as replay_main
-from tests.suite import ROOT, run_suite
+from tests.suite import run_suite
 
 
 def test_readme_example_implementation_passes():
-    # every property on both backends; a few generated examples each besides the pinned edge cases
-    out = run_suite("--impl", "examples.float64_pairs:local_argmax", "--max-examples", "10", "properties")
+    # every property on both backends: the pinned edge cases, and a few generated examples each
+    out = run_suite("--impl", "examples.float64_pairs:local_argmax", "--max-examples", "8", "properties")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert " passed" in out.stdout and "failed" not in out.stdout
 
@@ -58,29 +52,6 @@ def test_broken_implementations_fail_clearly_through_the_suite(tmp_path, capsys)
     # known failure: a strict xfail with the reason from the file (TPARGMAX_XFAILS)
     known = section(out.stdout, "test_token_exact[tests.broken:d2t_skipped-sim]")
     assert "XFAIL" in known and "we map d2t later" in known, out.stdout[-3000:]
-
-
-def test_unknown_impl_is_a_usage_error():
-    out = run_suite("--impl", "vllm_pairs,no_such_module:fn", "properties/test_equivalence.py")
-    assert out.returncode == 4
-    assert "--impl 'no_such_module:fn': cannot load it" in out.stderr
-
-
-def test_an_xfail_without_a_reason_is_a_usage_error(tmp_path):
-    xfails = tmp_path / "xfails.txt"
-    xfails.write_text("test_token_exact  # a reason\n\ntest_output_contract\n")
-    with pytest.raises(pytest.UsageError, match=r"xfails.txt:3: give a reason after '#' for 'test_output_contract'"):
-        read_xfails(str(xfails))
-
-
-def test_ci_profile_is_the_default_under_ci_and_dev_otherwise():
-    for ci, profile in (("true", "ci"), (None, "dev")):
-        env = {k: v for k, v in os.environ.items() if k not in ("CI", "GITHUB_ACTIONS")}
-        if ci:
-            env["CI"] = ci
-        cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", "--collect-only", "properties/test_torch_semantics.py"]
-        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-        assert f"hypothesis profile: {profile}" in out.stdout, out.stdout
 
 
 def test_a_dying_rank_on_gloo_is_named_and_the_pool_rebuilt():

@@ -22,6 +22,7 @@ from properties import test_d2t as d2t
 from properties import test_divergence as divergence
 from properties import test_equivalence as eq
 from properties import test_input_errors as errors
+from properties import test_traffic as traffic
 from properties.diagnose import ImplementationHung
 from properties.test_torch_semantics import check_argmax
 from sharded.impls import load_impl
@@ -85,6 +86,14 @@ def test_every_broken_implementation_is_caught():
         if inspect.isfunction(fn) and fn.__module__ == "tests.broken" and not name.startswith("_")
     }
     assert broken - PROCESS_ONLY == {name for _, name, _ in CATCHES}
+
+
+def test_traffic_property_fails_on_a_path_that_moves_more_bytes(monkeypatch):
+    """README's float64 example is correct, but it gathers 8-byte pairs where vllm_pairs' formula says 4."""
+    monkeypatch.setattr(traffic, "load_impl", lambda name: load_impl("examples.float64_pairs:local_argmax"))
+    monkeypatch.setattr(traffic.test_bytes_per_step, "_hypothesis_internal_use_settings", FIND_ONLY)
+    with pytest.raises(AssertionError, match=r"vllm_pairs on sim rank 0 moved \{'all_gather': \d+\}, expected"):
+        traffic.test_bytes_per_step(name="vllm_pairs", backend="sim")
 
 
 def last_index_argmax(t):

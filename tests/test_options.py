@@ -1,0 +1,78 @@
+"""The suite's own options, checked where conftest reads them: bad ones are usage errors that name the problem,
+and the Hypothesis profile is ``dev`` unless one is given or the run is in CI."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+
+import conftest
+from conftest import read_xfails
+from properties import runner
+
+DEFAULTS = {
+    "collective_timeout": runner.collective_timeout,
+    "hypothesis_profile": "ci",
+    "max_examples": None,
+    "gloo_tps": None,
+    "backend": "sim,gloo",
+    "impl": None,
+}
+
+
+class Options:
+    """What conftest reads of pytest's config, and nothing else."""
+
+    def __init__(self, **given: object) -> None:
+        self.values = {**DEFAULTS, **given}
+
+    def getoption(self, name: str, default: object = None) -> object:
+        return self.values.get(name, default)
+
+
+@pytest.fixture
+def configure(monkeypatch):
+    """conftest's pytest_configure on the given options; what it sets globally is put back afterwards."""
+    monkeypatch.setattr(runner, "collective_timeout", runner.collective_timeout)
+    monkeypatch.setattr(runner, "gloo_tps", runner.gloo_tps)
+    profile = settings.get_current_profile_name()
+    yield lambda **given: conftest.pytest_configure(Options(**given))
+    settings.load_profile(profile)
+
+
+@pytest.mark.parametrize(
+    "given, words",
+    [
+        ({"impl": "vllm_pairs,no_such_module:fn"}, "--impl 'no_such_module:fn': cannot load it"),
+        ({"impl": "vllm_pairs:"}, "use a built-in name"),
+        ({"backend": "sim,nccl"}, "--backend: choose from sim, gloo, torchrun, got ['nccl']"),
+        ({"backend": "torchrun"}, "start the suite with torchrun -m properties.torchrun"),
+        ({"gloo_tps": "2,x"}, "--gloo-tps: expected comma-separated ints, got '2,x'"),
+        ({"gloo_tps": "0"}, "--gloo-tps: sizes must be >= 1"),
+    ],
+)
+def test_a_bad_option_is_a_usage_error_naming_it(configure, given, words):
+    with pytest.raises(pytest.UsageError) as info:
+        configure(**given)
+    assert words in str(info.value)
+
+
+def test_several_implementations_are_tested_side_by_side(configure):
+    config = Options(impl="vllm_pairs, examples.float64_pairs:local_argmax,vllm_pairs")
+    conftest.pytest_configure(config)
+    assert [i.spec for i in config.tpargmax_impls] == ["vllm_pairs", "examples.float64_pairs:local_argmax"]
+
+
+@pytest.mark.parametrize("in_ci, profile", [(False, "dev"), (True, "ci")])
+def test_the_profile_is_dev_outside_ci(configure, monkeypatch, in_ci, profile):
+    monkeypatch.setattr(conftest, "is_in_ci", lambda: in_ci)
+    settings.load_profile("ci")  # what Hypothesis itself loads when it detects CI
+    configure(hypothesis_profile=None)
+    assert settings.get_current_profile_name() == profile
+
+
+def test_an_xfail_without_a_reason_is_a_usage_error(tmp_path):
+    xfails = tmp_path / "xfails.txt"
+    xfails.write_text("test_token_exact  # a reason\n\ntest_output_contract\n")
+    with pytest.raises(pytest.UsageError, match=r"xfails.txt:3: give a reason after '#' for 'test_output_contract'"):
+        read_xfails(str(xfails))
