@@ -20,3 +20,11 @@ def test_readme_example_is_the_tested_file():
     body = source.split('"""', 2)[2].strip()
     assert f"```python\n{body}\n```" in README, "README's example differs from examples/float64_pairs.py"
     assert len(source.splitlines()) < 30
+
+
+def test_readme_states_the_example_budgets_the_profiles_set():
+    from properties.profiles import BACKEND_SHARE, CI_EXAMPLES
+
+    gloo = round(CI_EXAMPLES * BACKEND_SHARE["gloo"])
+    assert f"({CI_EXAMPLES} per property on the simulated group, {gloo} on gloo)" in README
+    assert f"{CI_EXAMPLES} examples per property on `sim`, {gloo} on `gloo`" in README
