@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from properties.profiles import BACKEND_SHARE, CI_EXAMPLES
+
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
@@ -23,8 +25,6 @@ def test_readme_example_is_the_tested_file():
 
 
 def test_readme_states_the_example_budgets_the_profiles_set():
-    from properties.profiles import BACKEND_SHARE, CI_EXAMPLES
-
     gloo = round(CI_EXAMPLES * BACKEND_SHARE["gloo"])
     assert f"({CI_EXAMPLES} per property on the simulated group, {gloo} on gloo)" in README
     assert f"{CI_EXAMPLES} examples per property on `sim`, {gloo} on `gloo`" in README
