@@ -72,7 +72,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--collective-timeout",
         type=float,
         default=runner.collective_timeout,
-        help="seconds a rank may wait in one collective before the test fails (default %(default)s)",
+        help="seconds a rank may go without answering (gloo) or without reaching a collective (sim) before "
+        "it is reported as hung (default %(default)s)",
     )
 
 

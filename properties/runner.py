@@ -30,12 +30,15 @@ def backend_tps(backend: str) -> tuple[int, ...]:
     return gloo_tps if backend == "gloo" else (1, 2, 4, 8)
 
 
+def nearest_tp(tp: int, backend: str) -> int:
+    """``tp`` if ``backend`` runs it, else the nearest tp it runs (the smaller on a draw)."""
+    tps = backend_tps(backend)
+    return tp if tp in tps else min(tps, key=lambda t: (abs(t - tp), t))
+
+
 def prepare(case: Case, backend: str = "sim") -> Inputs:
     """Build ``case`` for ``backend``, moving its tp to the nearest one the backend runs."""
-    tps = backend_tps(backend)
-    if case.tp not in tps:
-        case = replace(case, tp=min(tps, key=lambda tp: (abs(tp - case.tp), tp)))
-    return replace(build(case), backend=backend)
+    return replace(build(replace(case, tp=nearest_tp(case.tp, backend))), backend=backend)
 
 
 def rank_kwargs(inputs: Inputs, rank: int) -> dict[str, Any]:

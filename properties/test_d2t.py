@@ -18,6 +18,7 @@ from properties.d2t_findings import (
     non_monotone_tables,
     tie_pairs,
 )
+from properties.runner import backend_tps
 from reference.d2t import IDENTITY, INCREASING, NON_MONOTONE, analyse_d2t
 
 FINDING = "d2t finding"
@@ -44,7 +45,7 @@ def test_the_flag_fires_exactly_on_non_monotone_tables(impl, backend, request, d
     report = analyse_d2t(d2t, target_vocab)
     assert report.kind == (NON_MONOTONE if not monotone else report.kind) and report.safe == monotone
     i, j = data.draw(tie_pairs(d2t), label="tie")
-    finding = check_tie(impl, d2t, target_vocab, i, j, backend=backend, tp=2 if backend == "gloo" else 1)
+    finding = check_tie(impl, d2t, target_vocab, i, j, backend=backend, tp=backend_tps(backend)[0])
     assert (finding is not None) == (not monotone), (
         f"{'an increasing' if monotone else 'a non-monotone'} table, tie at ({i}, {j}): "
         f"finding={finding}; static analysis: {report.evidence()}"

@@ -141,6 +141,8 @@ class RankPool:
         """Call implementation ``spec`` on every rank with its own kwargs; outputs and traffic in rank order."""
         if not self.alive:
             raise RuntimeError("this pool is closed; start a new one")
+        if len(per_rank_kwargs) != self.world_size:  # checked before sending anything, to keep the ranks in step
+            raise ValueError(f"a task for {len(per_rank_kwargs)} ranks on a pool of {self.world_size}")
         for conn, kwargs in zip(self._conns, per_rank_kwargs, strict=True):
             send(conn, (spec, kwargs))
         replies, missing = self._collect(self.timeout)

@@ -82,6 +82,8 @@ class TorchrunJob:
 
     def run(self, spec: str, per_rank_kwargs: list[dict[str, Any]]) -> tuple[list[Any], list[Traffic]]:
         """On rank 0: run one task on every rank of the job."""
+        if len(per_rank_kwargs) != self.world_size:  # checked here: a short task would crash a serving rank
+            raise ValueError(f"a task for {len(per_rank_kwargs)} ranks on a torchrun job of {self.world_size}")
         self._broadcast((spec, per_rank_kwargs))
         replies = self._gather(self._execute(spec, per_rank_kwargs[0]))
         return outcome(dict(enumerate(replies)), self.world_size, f"torchrun {self.backend} group", "")

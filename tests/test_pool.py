@@ -20,7 +20,7 @@ from sharded.tasks import RemoteError, RemoteValueError
 from tests.suite import ROOT
 
 TIMEOUT = 3.0  # the pool's hang timeout: what a healthy task takes is milliseconds
-GONE_WITHIN = 60.0  # a closed pool's processes exit in milliseconds; this only bounds a regression
+GONE_WITHIN = 60.0  # closed or orphaned pool processes go within a second or two; this only bounds a regression
 
 
 @pytest.fixture
@@ -66,6 +66,13 @@ def test_bad_input_on_every_rank_is_a_value_error_and_keeps_the_pool(pool):
         pool.run("vllm_pairs", kwargs_for(scale=-1.0))
     assert pool.alive
     pool.run("vllm_pairs", kwargs_for())
+
+
+def test_a_task_for_another_number_of_ranks_is_refused_before_any_rank_sees_it(pool):
+    with pytest.raises(ValueError, match="a task for 1 ranks on a pool of 2"):
+        pool.run("vllm_pairs", kwargs_for()[:1])
+    assert pool.alive
+    pool.run("vllm_pairs", kwargs_for())  # the ranks are still in step
 
 
 def test_a_raising_rank_comes_back_with_its_traceback(pool):
