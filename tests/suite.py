@@ -11,16 +11,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_suite(*args: str, profile: str | None = "ci", **env: str) -> subprocess.CompletedProcess:
-    """``python -m pytest -p no:xdist -q ARGS`` in the checkout, without the caller's TPARGMAX_* settings.
+def run(cmd: list[str], **env: str) -> subprocess.CompletedProcess:
+    """``cmd`` in the checkout, without the caller's TPARGMAX_* settings.
 
-    The ``ci`` profile is derandomised and has no example database, so what the run finds does not depend on a
-    seed or on what earlier runs left behind; repro files and any database go to fresh temporary directories.
+    Repro files and any example database go to a temporary directory, removed afterwards, so that a run
+    neither litters the checkout nor depends on what earlier runs left there.
     """
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TPARGMAX_")}, **env}
-    env.setdefault("TPARGMAX_REPRO_DIR", tempfile.mkdtemp(prefix="tpargmax-test-repro-"))  # keep repro/ clean
-    env.setdefault("TPARGMAX_DB", tempfile.mkdtemp(prefix="tpargmax-test-db-"))  # and .hypothesis/
+    with tempfile.TemporaryDirectory(prefix="tpargmax-test-") as tmp:
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("TPARGMAX_")},
+            "TPARGMAX_REPRO_DIR": os.path.join(tmp, "repro"),
+            "TPARGMAX_DB": os.path.join(tmp, "examples"),
+            **env,
+        }
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def run_suite(*args: str, profile: str | None = "ci", **env: str) -> subprocess.CompletedProcess:
+    """``python -m pytest -p no:xdist -q ARGS``; the ``ci`` profile is derandomised and has no example database,
+    so what the run finds does not depend on a seed."""
     cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", *args]
     if profile:
         cmd += ["--hypothesis-profile", profile]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return run(cmd, **env)

@@ -5,6 +5,8 @@ The pool's own timeout is what ends a hang here; the tests assert what it report
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -117,7 +119,8 @@ family, grew = {os.getpid()}, True
 while grew:  # every descendant: the fork server and the ranks it forked
     grew = bool(more := {pid for pid, ppid in parents.items() if ppid in family} - family)
     family |= more
-print(" ".join(map(str, pool.pids)), "|", " ".join(map(str, sorted(family - {os.getpid()}))), flush=True)
+family = " ".join(map(str, sorted(family - {os.getpid()})))
+print(" ".join(map(str, pool.pids)), "|", family, "|", pool._dir, flush=True)
 time.sleep(float(sys.argv[1]))
 """
 
@@ -131,10 +134,13 @@ def test_no_rank_process_outlives_its_driver(how):
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    ranks, _, family = driver.stdout.readline().partition("|")
-    ranks, family = [int(p) for p in ranks.split()], [int(p) for p in family.split()]
+    ranks, family, rendezvous = driver.stdout.readline().split("|")
+    ranks, family, rendezvous = [int(p) for p in ranks.split()], [int(p) for p in family.split()], rendezvous.strip()
     assert len(ranks) == 2 and set(ranks) < set(family), (ranks, family)  # the fork server is family too
     if how != "exit":
         driver.send_signal(getattr(signal, how))
     driver.wait(GONE_WITHIN)
     assert gone(family), f"processes {family} survived their driver's {how}"  # zombies awaiting init count as gone
+    if how == "SIGKILL":  # nothing of the driver's could clean up after it
+        shutil.rmtree(rendezvous)
+    assert not os.path.exists(rendezvous), f"the pool's rendezvous files {rendezvous} outlived it"

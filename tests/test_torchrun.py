@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import tempfile
 
-from tests.suite import ROOT
+from tests.suite import run
 
 
 def torchrun(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TPARGMAX_")}
-    env["TPARGMAX_REPRO_DIR"] = tempfile.mkdtemp(prefix="tpargmax-test-repro-")
     cmd = [
         sys.executable,
         "-m",
@@ -31,7 +27,7 @@ def torchrun(*args: str) -> subprocess.CompletedProcess:
         "20",
         *args,
     ]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return run(cmd)
 
 
 def test_the_suite_runs_on_torchrun_ranks():
