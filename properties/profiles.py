@@ -67,21 +67,31 @@ settings.register_profile(
 )
 
 
+_SETTINGS = "_hypothesis_internal_use_settings"  # the attribute that ``@settings`` sets on a test
+
+
 @contextmanager
-def backend_budget(test: Callable, backend: str | None) -> Iterator[None]:
-    """While it runs on ``backend``, give Hypothesis test ``test`` its share of its examples.
+def running_with(test: Callable, new: settings) -> Iterator[None]:
+    """While inside, Hypothesis test ``test`` runs with ``new``; its own settings come back afterwards.
 
     Hypothesis looks a test's settings up on the test function when it is
-    called (the attribute that ``@settings`` sets), so one function can run
-    with a budget per backend; the original settings come back afterwards.
+    called, so one function can run with other settings for a while.
     """
-    current = getattr(test, "_hypothesis_internal_use_settings", None)
+    current = getattr(test, _SETTINGS)
+    setattr(test, _SETTINGS, new)
+    try:
+        yield
+    finally:
+        setattr(test, _SETTINGS, current)
+
+
+@contextmanager
+def backend_budget(test: Callable, backend: str | None) -> Iterator[None]:
+    """While it runs on ``backend``, give Hypothesis test ``test`` its share of its examples."""
+    current = getattr(test, _SETTINGS, None)
     share = BACKEND_SHARE.get(backend, 1.0)
     if current is None or share == 1.0:
         yield
         return
-    test._hypothesis_internal_use_settings = settings(current, max_examples=max(1, round(current.max_examples * share)))
-    try:
+    with running_with(test, settings(current, max_examples=max(1, round(current.max_examples * share)))):
         yield
-    finally:
-        test._hypothesis_internal_use_settings = current

@@ -71,9 +71,9 @@ class RankPool:
         self._procs: list[multiprocessing.process.BaseProcess] = []
         self._conns: list[Connection] = []
         _live_pools.add(self)
+        store = os.path.join(self._dir, "store")
         with Listener(os.path.join(self._dir, "sock"), authkey=key) as listener:
             for rank in range(world_size):
-                store = os.path.join(self._dir, "store")
                 args = (rank, world_size, backend, store, timeout, listener.address, key)
                 proc = _FORK.Process(target=_rank_main, args=args, name=f"tpargmax-rank-{rank}", daemon=True)
                 proc.start()

@@ -10,6 +10,7 @@ tests/test_plugin.py shows a shrunk failure through the real suite.
 from __future__ import annotations
 
 import inspect
+from contextlib import nullcontext
 from types import SimpleNamespace
 
 import pytest
@@ -24,6 +25,7 @@ from properties import test_equivalence as eq
 from properties import test_input_errors as errors
 from properties import test_traffic as traffic
 from properties.diagnose import ImplementationHung
+from properties.profiles import running_with
 from properties.test_torch_semantics import check_argmax
 from sharded.impls import load_impl
 
@@ -59,22 +61,21 @@ CATCHES = [
 PROCESS_ONLY = {"rank_one_sleeps", "rank_one_dies"}  # they hang or kill a process: tests/test_pool.py
 
 
-def failure(prop, impl_name: str, monkeypatch: pytest.MonkeyPatch) -> str:
+def failure(prop, impl_name: str) -> str:
     """Run ``prop`` as the suite would, on the simulated group; the message it failed with, or ''."""
-    if hasattr(prop, "hypothesis"):
-        monkeypatch.setattr(prop, "_hypothesis_internal_use_settings", FIND_ONLY)
     given = {"impl": load_impl(f"tests.broken:{impl_name}"), "backend": "sim"}
     given["request"] = SimpleNamespace(node=SimpleNamespace(user_properties=[]))  # the d2t findings' sink
     try:
-        prop(**{name: given[name] for name in inspect.signature(prop).parameters})
+        with running_with(prop, FIND_ONLY) if hasattr(prop, "hypothesis") else nullcontext():
+            prop(**{name: given[name] for name in inspect.signature(prop).parameters})
     except (AssertionError, ImplementationHung) as exc:
         return str(exc)
     return ""
 
 
 @pytest.mark.parametrize("prop, name, words", CATCHES, ids=[f"{prop.__name__}-{name}" for prop, name, _ in CATCHES])
-def test_property_fails_on_a_broken_implementation(prop, name, words, monkeypatch):
-    message = failure(prop, name, monkeypatch)
+def test_property_fails_on_a_broken_implementation(prop, name, words):
+    message = failure(prop, name)
     assert message, f"{prop.__name__} passed on tests.broken:{name}: the suite lost its power"
     assert words in message, f"{prop.__name__} caught tests.broken:{name}, but not for {words!r}:\n{message}"
 
@@ -91,8 +92,10 @@ def test_every_broken_implementation_is_caught():
 def test_traffic_property_fails_on_a_path_that_moves_more_bytes(monkeypatch):
     """README's float64 example is correct, but it gathers 8-byte pairs where vllm_pairs' formula says 4."""
     monkeypatch.setattr(traffic, "load_impl", lambda name: load_impl("examples.float64_pairs:local_argmax"))
-    monkeypatch.setattr(traffic.test_bytes_per_step, "_hypothesis_internal_use_settings", FIND_ONLY)
-    with pytest.raises(AssertionError, match=r"vllm_pairs on sim rank 0 moved \{'all_gather': \d+\}, expected"):
+    with (
+        running_with(traffic.test_bytes_per_step, FIND_ONLY),
+        pytest.raises(AssertionError, match=r"vllm_pairs on sim rank 0 moved \{'all_gather': \d+\}, expected"),
+    ):
         traffic.test_bytes_per_step(name="vllm_pairs", backend="sim")
 
 
