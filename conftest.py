@@ -19,8 +19,9 @@ from hypothesis._settings import is_in_ci
 
 from properties import runner
 from properties.profiles import backend_budget  # importing it registers dev, ci and nightly
-from sharded.impls import IMPL_ENV, load_impl
+from sharded.impls import IMPL_ENV, TOPK_IMPL_ENV, load_impl
 from sharded.local_argmax import BUILTINS, DEFAULT_IMPLS
+from sharded.local_top_k import DEFAULT_TOPK_IMPLS, TOPK_BUILTINS
 from sharded.pool import close_all_pools
 
 # Two xdist workers on two cores: one intra-op thread each keeps them from fighting.
@@ -34,6 +35,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=os.environ.get(IMPL_ENV),
         help=f"implementation(s) under test, comma-separated: {sorted(BUILTINS)} or MODULE:ATTR "
         f"(default: {','.join(DEFAULT_IMPLS)}; env {IMPL_ENV})",
+    )
+    group.addoption(
+        "--topk-impl",
+        default=os.environ.get(TOPK_IMPL_ENV),
+        help=f"top-k implementation(s) under test, comma-separated: {sorted(TOPK_BUILTINS)} or MODULE:ATTR "
+        f"(default: {','.join(DEFAULT_TOPK_IMPLS)}; env {TOPK_IMPL_ENV})",
+    )
+    group.addoption(
+        "--heads",
+        default=os.environ.get("TPARGMAX_HEADS", "all"),
+        choices=runner.HEADS,
+        help="which heads the cases draw: all (default), or base: only base ids are tokens, for implementations "
+        "without added vocabulary (added rows still appear, beyond the logits vocabulary; env TPARGMAX_HEADS)",
     )
     group.addoption(
         "--xfails-file",
@@ -93,9 +107,15 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--backend: choose from {', '.join(runner.BACKENDS)}, got {sorted(unknown)}")
     if "torchrun" in config.tpargmax_backends and runner.torchrun_job is None:
         raise pytest.UsageError("--backend torchrun: start the suite with torchrun -m properties.torchrun")
-    specs = [s.strip() for s in (config.getoption("impl") or ",".join(DEFAULT_IMPLS)).split(",") if s.strip()]
+    runner.heads = config.getoption("heads")
+    config.tpargmax_impls = _impls(config.getoption("impl"), DEFAULT_IMPLS)
+    config.tpargmax_topk_impls = _impls(config.getoption("topk_impl"), DEFAULT_TOPK_IMPLS)
+
+
+def _impls(option: str | None, default: tuple[str, ...]) -> list:
+    specs = [s.strip() for s in (option or ",".join(default)).split(",") if s.strip()]
     try:
-        config.tpargmax_impls = [load_impl(s) for s in dict.fromkeys(specs)]
+        return [load_impl(s) for s in dict.fromkeys(specs)]
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -117,15 +137,19 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         f"tpargmax: implementation(s) under test: {', '.join(i.spec for i in config.tpargmax_impls)}; "
+        f"top-k: {', '.join(i.spec for i in config.tpargmax_topk_impls)}; heads: {runner.heads}; "
         f"backends: {', '.join(config.tpargmax_backends)} (gloo tps {runner.gloo_tps}); "
         f"hypothesis profile: {settings.get_current_profile_name()}"
     ]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "impl" in metafunc.fixturenames:
-        impls = metafunc.config.tpargmax_impls
-        metafunc.parametrize("impl", impls, ids=[i.spec for i in impls])
+    for fixture, impls in (
+        ("impl", metafunc.config.tpargmax_impls),
+        ("topk_impl", metafunc.config.tpargmax_topk_impls),
+    ):
+        if fixture in metafunc.fixturenames:
+            metafunc.parametrize(fixture, impls, ids=[i.spec for i in impls])
     if "backend" in metafunc.fixturenames:
         metafunc.parametrize("backend", metafunc.config.tpargmax_backends)
 

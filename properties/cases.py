@@ -1,7 +1,8 @@
 """A drawn case is structure (sizes, plans, a seed); tensors are built from it deterministically.
 
-Hypothesis draws a :class:`Case`; :func:`build` turns it into the full padded
-head, hidden states, bias and d2t with a seeded ``torch.Generator``.  The same
+Hypothesis draws a :class:`Case`; :func:`build` turns it into the head (its
+rows by global id, plus the row every padding row holds), hidden states, bias
+and d2t with a seeded ``torch.Generator``.  The same
 ``Case`` repr rebuilds the same tensors anywhere, which is what replay relies on.
 
 Planted structure, and why it is exact:
@@ -13,6 +14,8 @@ Planted structure, and why it is exact:
 * Feature 1 is the "-inf row" switch: every weight row has -1 there, so a
   hidden value of +inf makes the whole row ``-inf``.
 * Special values go through the bias, planted after the cast to the dtype.
+* The padding plan is a trap in every row that is not a token: both padding
+  blocks and the ids at or above the logits vocabulary.
 """
 
 from __future__ import annotations
@@ -22,10 +25,21 @@ from dataclasses import MISSING, dataclass, fields, replace
 
 import torch
 
+from reference.head import DEFAULT_PADDING_SIZE
 from sharded.layout import ShardLayout, vocab_parallel_layout
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-TIE_PLANS = ("within_shard", "across_ranks", "shard_boundary", "whole_row", "softcap_saturation")
+# ties, and two planted winners among the added ids: an added id tied with a base id on a later rank
+# (rank order is not id order there), and an added id as the row's maximum
+TIE_PLANS = (
+    "within_shard",
+    "across_ranks",
+    "shard_boundary",
+    "whole_row",
+    "softcap_saturation",
+    "added_tie",
+    "added_max",
+)
 SPECIAL_PLANS = (
     "all_negative",
     "signed_zero",
@@ -49,8 +63,11 @@ class Case:
 
     batch: int
     hidden: int
-    vocab: int
+    vocab: int  # base ids (vLLM's org_vocab_size)
     tp: int
+    added: int = 0  # added (LoRA) ids, global ids vocab .. vocab + added - 1
+    padding_size: int = DEFAULT_PADDING_SIZE
+    logits_vocab: int | None = None  # ids at or above it are not tokens; None: every id is
     dtype: str = "float32"
     seed: int = 0
     weights: str = "int"
@@ -94,7 +111,11 @@ class Case:
 
 @dataclass(frozen=True)
 class Inputs:
-    """The built tensors of a case: the full padded head, split by ``layouts``."""
+    """The built tensors of a case: the head's rows by global id, split for each rank by ``layouts``.
+
+    ``weight`` and ``bias`` hold ids ``0 .. vocab + added - 1`` (base, then added), whatever the tp;
+    every padding row holds ``pad_weight`` and ``pad_bias``.
+    """
 
     case: Case
     hidden: torch.Tensor
@@ -105,45 +126,83 @@ class Inputs:
     target_vocab: int
     applied: tuple[str, ...]
     backend: str = "sim"  # where the ranks run: see properties.runner.BACKENDS
+    pad_weight: torch.Tensor | None = None  # [H]; None: zeros
+    pad_bias: torch.Tensor | None = None  # 0-d; None: zero
 
     @property
     def tp(self) -> int:
         return len(self.layouts)
 
-    def weight_shard(self, rank: int) -> torch.Tensor:
+    @property
+    def vocab(self) -> int:
+        """The logits vocabulary: token ids are ``0 .. vocab - 1``."""
+        return self.layouts[0].vocab
+
+    def _rows(self, rank: int, full: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
         lay = self.layouts[rank]
-        return self.weight[lay.start : lay.end]
+        base_pad, added_pad = lay.added_row - lay.base_real, lay.size - lay.added_row - lay.added_real
+        parts = (
+            full[lay.start : lay.start + lay.base_real],
+            pad.expand(base_pad, *pad.shape),
+            full[lay.added_start : lay.added_start + lay.added_real],
+            pad.expand(added_pad, *pad.shape),
+        )
+        return torch.cat(parts)
+
+    def weight_shard(self, rank: int) -> torch.Tensor:
+        pad = self.pad_weight if self.pad_weight is not None else self.weight.new_zeros(self.weight.shape[1])
+        return self._rows(rank, self.weight, pad)
 
     def bias_shard(self, rank: int) -> torch.Tensor | None:
-        lay = self.layouts[rank]
-        return None if self.bias is None else self.bias[lay.start : lay.end]
+        if self.bias is None:
+            return None
+        return self._rows(rank, self.bias, self.pad_bias if self.pad_bias is not None else self.bias.new_zeros(()))
 
     def with_tp(self, tp: int) -> Inputs:
-        """The same full head, split for another tp."""
-        return replace(self, layouts=vocab_parallel_layout(self.case.vocab, tp), case=replace(self.case, tp=tp))
+        """The same head, split for another tp."""
+        case = replace(self.case, tp=tp)
+        return replace(self, layouts=layouts_of(case), case=case)
 
     def with_rows(self, rows: list[int]) -> Inputs:
         return replace(self, hidden=self.hidden[rows].clone(), case=replace(self.case, batch=len(rows)))
 
 
+def layouts_of(case: Case) -> tuple[ShardLayout, ...]:
+    return vocab_parallel_layout(
+        case.vocab, case.tp, added_vocab=case.added, padding_size=case.padding_size, logits_vocab=case.logits_vocab
+    )
+
+
 def _ids(rng: random.Random, lay: ShardLayout, k: int) -> list[int]:
-    return sorted(rng.sample(range(lay.start, lay.start + lay.num_real), min(k, lay.num_real)))
+    """Up to k of the rank's token ids, base and added alike."""
+    picks = rng.sample(range(lay.num_real + lay.num_added), min(k, lay.num_real + lay.num_added))
+    return sorted(lay.start + p if p < lay.num_real else lay.added_start + p - lay.num_real for p in picks)
 
 
 def _tie_ids(plan: str, rng: random.Random, real: list[ShardLayout]) -> list[int]:
     if plan == "within_shard":
-        wide = [lay for lay in real if lay.num_real >= 2]
+        wide = [lay for lay in real if lay.num_real + lay.num_added >= 2]
         return _ids(rng, rng.choice(wide), rng.randint(2, 3)) if wide else []
     if plan == "across_ranks" and len(real) >= 2:
         return [
             _ids(rng, lay, 1)[0] for lay in sorted(rng.sample(real, rng.randint(2, len(real))), key=lambda x: x.rank)
         ]
-    if plan == "shard_boundary" and len(real) >= 2:
-        r = rng.randrange(len(real) - 1)
-        return [real[r + 1].start - 1, real[r + 1].start]
+    base = [lay for lay in real if lay.num_real]
+    if plan == "shard_boundary" and len(base) >= 2:
+        r = rng.randrange(len(base) - 1)
+        return [base[r + 1].start - 1, base[r + 1].start]
     if plan == "softcap_saturation":
         lay = rng.choice(real)
         return _ids(rng, lay, rng.randint(2, 4))
+    added = [lay for lay in real if lay.num_added]
+    if plan == "added_tie" and added:  # an added id on rank r ties with a base id on a later rank
+        lay = rng.choice(added)
+        later = [other for other in base if other.rank > lay.rank]
+        if later:
+            return [_ids(rng, rng.choice(later), 1)[0], lay.added_start + rng.randrange(lay.num_added)]
+    if plan == "added_max" and added:
+        lay = rng.choice(added)
+        return [lay.added_start + rng.randrange(lay.num_added)]
     return []
 
 
@@ -156,17 +215,17 @@ def build(case: Case) -> Inputs:
     """Deterministically build the tensors of ``case`` (same case, same bits)."""
     g = torch.Generator().manual_seed(case.seed)
     rng = random.Random(case.seed)
-    layouts = vocab_parallel_layout(case.vocab, case.tp)
-    padded, vocab, batch, hsize = layouts[0].padded_vocab, case.vocab, case.batch, case.hidden
-    real = [lay for lay in layouts if lay.num_real]
+    layouts = layouts_of(case)
+    rows, vocab, batch, hsize = case.vocab + case.added, layouts[0].vocab, case.batch, case.hidden
+    real = [lay for lay in layouts if lay.num_real or lay.num_added]
     if case.weights == "int":
         hidden = torch.randint(-3, 4, (batch, hsize), generator=g).float()
-        weight = torch.randint(-3, 4, (padded, hsize), generator=g, dtype=torch.int8).float()
-        bias = torch.randint(-3, 4, (padded,), generator=g).float() if case.bias else None
+        weight = torch.randint(-3, 4, (rows + 1, hsize), generator=g, dtype=torch.int8).float()
+        bias = torch.randint(-3, 4, (rows + 1,), generator=g).float() if case.bias else None
     else:
         hidden = torch.randn(batch, hsize, generator=g)
-        weight = torch.randn(padded, hsize, generator=g)
-        bias = torch.randn(padded, generator=g) if case.bias else None
+        weight = torch.randn(rows + 1, hsize, generator=g)
+        bias = torch.randn(rows + 1, generator=g) if case.bias else None
     hidden[:, 0] = torch.where(torch.rand(batch, generator=g) < 0.75, 2.0, 0.0)
     hidden[:, 1] = 0.0
     weight[:, 0] = 0.0
@@ -185,7 +244,7 @@ def build(case: Case) -> Inputs:
         if not ids:
             continue
         weight[ids] = weight[ids[0]].clone()
-        weight[ids, 0] = BOOST
+        weight[ids, 0] = 1.5 * BOOST if plan == "added_max" else BOOST  # an added maximum beats every tie
         if bias is not None:
             bias[ids] = float(bias[ids[0]])
         if plan == "softcap_saturation":  # distinct pre-cap logits that tanh flattens to one value
@@ -199,18 +258,30 @@ def build(case: Case) -> Inputs:
     hidden, weight = hidden.to(dtype), weight.to(dtype)
     bias = None if bias is None else bias.to(dtype)
     _plant_specials(case, rng, real, vocab, batch, hidden, weight, bias, applied)
-    _plant_padding(case, anchor, vocab, weight, bias, applied)
-    d2t, target_vocab = _d2t(case, g)
-    return Inputs(case, hidden, weight, bias, layouts, d2t, target_vocab, tuple(applied))
+    _plant_traps(case, anchor, vocab, layouts, weight, bias, applied)
+    d2t, target_vocab = _d2t(vocab, case, g)
+    pad_bias = None if bias is None else bias[rows].clone()
+    return Inputs(
+        case,
+        hidden,
+        weight[:rows],
+        bias if bias is None else bias[:rows],
+        layouts,
+        d2t,
+        target_vocab,
+        tuple(applied),
+        pad_weight=weight[rows].clone(),
+        pad_bias=pad_bias,
+    )
 
 
 def _plant_specials(case, rng, real, vocab, batch, hidden, weight, bias, applied) -> None:
     tiny = torch.finfo(weight.dtype).smallest_normal * torch.finfo(weight.dtype).eps  # least subnormal
     background: dict[int, float] = {}
     for plan in case.specials:
-        if plan == "signed_zero":  # +-tiny underflows to +-0 under the case's scale of 0.5
-            for i in _spread(rng, real, rng.randint(2, 4)):
-                background[i] = rng.choice((tiny, -tiny))
+        if plan == "signed_zero":  # -tiny, 0 and +tiny: under the case's scale of 0.5 they round to -0, +0, +0
+            for i, value in zip(_spread(rng, real, 3), (-tiny, 0.0, tiny), strict=False):
+                background[i] = value
         elif plan == "subnormal":
             for i in _spread(rng, real, rng.randint(2, 4)):
                 background[i] = tiny * rng.randint(1, 3)
@@ -247,30 +318,30 @@ def _plant_specials(case, rng, real, vocab, batch, hidden, weight, bias, applied
         applied.append(plan)
 
 
-def _plant_padding(case, anchor, vocab, weight, bias, applied) -> None:
-    if weight.shape[0] == vocab:
+def _plant_traps(case, anchor, vocab, layouts, weight, bias, applied) -> None:
+    """The padding plan, in the padding row (the last row of ``weight``) and in every id at or above ``vocab``."""
+    if not any(lay.num_padding for lay in layouts):
         return
-    pad = slice(vocab, None)
+    trap = slice(vocab, None)
     if case.padding == "zero":
-        weight[pad] = 0.0
+        weight[trap] = 0.0
         if bias is not None:
-            bias[pad] = 0.0
+            bias[trap] = 0.0
     elif case.padding == "nan":
-        weight[pad] = float("nan")
+        weight[trap] = float("nan")
     else:
-        weight[pad] = weight[anchor].clone()
-        weight[pad, 1] = 0.0  # padding stays finite on -inf rows
+        weight[trap] = weight[anchor].clone()
+        weight[trap, 1] = 0.0  # traps stay finite on -inf rows
         if bias is not None:
-            bias[pad] = float(bias[anchor])
+            bias[trap] = float(bias[anchor])
         if case.padding == "above_max":
-            weight[pad, 0] = 2 * BOOST
+            weight[trap, 0] = 2 * BOOST
             if bias is not None:
-                bias[pad] = 2 * BOOST
+                bias[trap] = 2 * BOOST
     applied.append(f"padding_{case.padding}")
 
 
-def _d2t(case: Case, g: torch.Generator) -> tuple[torch.Tensor | None, int]:
-    vocab = case.vocab
+def _d2t(vocab: int, case: Case, g: torch.Generator) -> tuple[torch.Tensor | None, int]:
     target_vocab = vocab + case.target_extra
     if case.d2t == "none":
         return None, vocab

@@ -10,16 +10,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from hypothesis import event, target
+from hypothesis import event
 from hypothesis.control import currently_in_test_context
 
 from properties.cases import Inputs
 from properties.diagnose import (
     ImplementationHung,
-    draft_targets,
     explain,
     fail,
     is_named_divergence,
+    non_token_rule,
     repro_extra,
 )
 from properties.runner import backend_tps, oracle_draft_logits, oracle_tokens, run_ranks
@@ -27,22 +27,27 @@ from sharded.impls import Impl
 from sharded.simulated import RankTimeout
 
 TOKEN_EXACT = "token-exact equality with the classic path"
-OUTPUT_CONTRACT = "output contract: int64 [B], identical on every rank, in range, never padding"
+OUTPUT_CONTRACT = "output contract: int64 [B], identical on every rank, a token (never padding or an id >= L)"
 TP_INVARIANCE = "TP invariance: the same head split for another tp gives the same tokens"
 ROW_INDEPENDENCE = "row independence: a row's token does not depend on the other rows"
 DETERMINISM = "determinism: the same input gives the same tokens"
 REJECTS = "bad input is rejected with a ValueError naming the problem"
 
 
-def run_checked(impl: Impl, inputs: Inputs, prop: str, tweak: Callable | None = None) -> torch.Tensor:
-    """Run on every rank and enforce the output's type, shape and agreement; return the tokens."""
+def run_valid(impl: Impl, inputs: Inputs, prop: str, tweak: Callable | None = None) -> list[object]:
+    """Every rank's output on valid input; a hang or an exception is a failure of ``prop``."""
     try:
-        results, _ = run_ranks(impl, inputs, tweak)
+        return run_ranks(impl, inputs, tweak)[0]
     except RankTimeout as exc:
         fail(f"hang: {exc}", [], impl, inputs, prop, kind=ImplementationHung)
     except Exception as exc:  # an implementation must not raise on valid input
         notes = "".join(getattr(exc, "__notes__", [])).strip().splitlines()[-6:]
         fail(f"raised on valid input: {type(exc).__name__}: {exc}", notes, impl, inputs, prop)
+
+
+def run_checked(impl: Impl, inputs: Inputs, prop: str, tweak: Callable | None = None) -> torch.Tensor:
+    """Run on every rank and enforce the output's type, shape and agreement; return the tokens."""
+    results = run_valid(impl, inputs, prop, tweak)
     want = (inputs.case.batch,)
     for rank, out in enumerate(results):
         if not isinstance(out, torch.Tensor) or out.dtype != torch.int64 or tuple(out.shape) != want:
@@ -61,7 +66,12 @@ def run_checked(impl: Impl, inputs: Inputs, prop: str, tweak: Callable | None = 
 
 
 def _observe(inputs: Inputs, logits: torch.Tensor) -> None:
-    """Statistics for --hypothesis-show-statistics, and steering toward near-ties."""
+    """Statistics for --hypothesis-show-statistics.
+
+    No ``target()``: steering toward near-ties put two thirds of the ci profile's examples into one
+    cluster of plans, cut the cross-rank ties to 1 in 80 and the tied rows by half, and ran 2.4 times as
+    long; the tie plans plant exact ties already.
+    """
     if not currently_in_test_context():
         return
     for plan in inputs.applied:
@@ -72,13 +82,6 @@ def _observe(inputs: Inputs, logits: torch.Tensor) -> None:
         event("a row's maximum is NaN")
     if bool(((values == best.unsqueeze(-1)).sum(-1) >= 2).any()):
         event("a row's maximum is tied")
-    finite = torch.where(torch.isfinite(values), values, torch.tensor(float("-inf")))
-    if finite.shape[1] >= 2:  # near-ties: exact ones come from the tie plans already
-        top = finite.topk(2, dim=-1).values
-        gaps = (top[:, 0] - top[:, 1]) / top[:, 0].abs()
-        gaps = gaps[torch.isfinite(gaps) & (gaps > 0)]
-        if gaps.numel():
-            target(-float(gaps.min()), label="negated smallest nonzero relative top-2 gap")
 
 
 def check_token_exact(impl: Impl, inputs: Inputs) -> None:
@@ -99,17 +102,10 @@ def check_token_exact(impl: Impl, inputs: Inputs) -> None:
 def check_output_contract(impl: Impl, inputs: Inputs) -> None:
     tokens = run_checked(impl, inputs, OUTPUT_CONTRACT)
     logits = oracle_draft_logits(inputs)
-    image = set(draft_targets(inputs).tolist())
     for row, tok in enumerate(tokens.tolist()):
-        if inputs.d2t is None and inputs.case.vocab <= tok < inputs.layouts[0].padded_vocab:
-            rule = f"padding id returned: {tok} (vocab {inputs.case.vocab})"
-        elif not 0 <= tok < inputs.target_vocab:
-            rule = f"returned id out of range [0, {inputs.target_vocab})"
-        elif tok not in image and not (tok == 0 and is_named_divergence(inputs, logits[row])):
-            rule = f"returned target {tok}, which no draft id maps to through d2t"
-        else:
-            continue
-        fail(rule, [f"row {row}"], impl, inputs, OUTPUT_CONTRACT)
+        rule = non_token_rule(inputs, tok)
+        if rule is not None and not (tok == 0 and is_named_divergence(inputs, logits[row])):
+            fail(rule, [f"row {row}"], impl, inputs, OUTPUT_CONTRACT)
 
 
 def _mismatch(impl: Impl, inputs: Inputs, tokens: torch.Tensor, rows: torch.Tensor, prop: str, why: str) -> None:

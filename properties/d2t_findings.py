@@ -52,8 +52,8 @@ def tie_inputs(d2t: torch.Tensor, target_vocab: int, i: int, j: int, tp: int = 1
     """One row where draft ids i and j share the maximum logit 1 and every other id has -1."""
     vocab = d2t.numel()
     layouts = vocab_parallel_layout(vocab, tp)
-    weight = torch.zeros(layouts[0].padded_vocab, 3)
-    weight[:vocab, 0] = -1.0
+    weight = torch.zeros(vocab, 3)  # padding rows: zeros
+    weight[:, 0] = -1.0
     weight[[i, j], 0] = 1.0
     hidden = torch.tensor([[1.0, 0.0, 0.0]])
     return Inputs(

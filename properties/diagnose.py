@@ -10,6 +10,8 @@ import torch
 
 from properties.cases import Inputs
 from properties.runner import oracle_draft_logits, oracle_tokens, run_ranks
+from reference.logits import head_logits
+from sharded.layout import ShardLayout
 
 _GROUPS = {"sim": "a simulated group", "gloo": "a gloo process group", "torchrun": "the torchrun job's group"}
 
@@ -26,12 +28,21 @@ class ImplementationHung(BaseException):
     """
 
 
-def replay_command(impl: object, inputs: Inputs) -> str:
+def replay_command(impl: object, inputs: Inputs, k: int | None = None) -> str:
     backend = "gloo" if inputs.backend == "torchrun" else inputs.backend  # replay a torchrun find on a local pool
-    return f'python -m properties.replay --impl {impl} --backend {backend} "{inputs.case!r}"'
+    width = "" if k is None else f" --k {k}"
+    return f'python -m properties.replay --impl {impl}{width} --backend {backend} "{inputs.case!r}"'
 
 
-def fail(rule: str, details: list[str], impl: object, inputs: Inputs, prop: str, kind: type = PropertyFailure) -> None:
+def fail(
+    rule: str,
+    details: list[str],
+    impl: object,
+    inputs: Inputs,
+    prop: str,
+    kind: type = PropertyFailure,
+    k: int | None = None,
+) -> None:
     """The single place every property failure is raised from (one bug class for Hypothesis)."""
     __tracebackhide__ = True
     exc = kind(
@@ -43,7 +54,7 @@ def fail(rule: str, details: list[str], impl: object, inputs: Inputs, prop: str,
                 *(f"  {d}" for d in details),
                 f"  applied plans: {', '.join(inputs.applied) or 'none'}",
                 f"  case: {inputs.case!r}",
-                f"  replay: {replay_command(impl, inputs)}",
+                f"  replay: {replay_command(impl, inputs, k)}",
             ]
         )
     )
@@ -64,7 +75,7 @@ def repro_extra(**extra: object) -> Iterator[None]:
 
 def draft_targets(inputs: Inputs) -> torch.Tensor:
     """``k + d2t[k]`` for every draft id (identity without a table)."""
-    ids = torch.arange(inputs.case.vocab)
+    ids = torch.arange(inputs.vocab)
     return ids if inputs.d2t is None else ids + inputs.d2t
 
 
@@ -73,50 +84,136 @@ def is_named_divergence(inputs: Inputs, logits_row: torch.Tensor) -> bool:
     return inputs.d2t is not None and int(inputs.d2t[0]) != 0 and bool((logits_row == float("-inf")).all())
 
 
+def owner(inputs: Inputs, token: int) -> ShardLayout:
+    """The layout of the rank holding global id ``token``."""
+    return next(lay for lay in inputs.layouts if lay.row_of(token) is not None)
+
+
+def value_bits(value: torch.Tensor) -> str:
+    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[value.element_size()]
+    raw = int(value.reshape(1).view(width)[0]) & ((1 << (8 * value.element_size())) - 1)
+    return f"{float(value)!r} (bits 0x{raw:0{2 * value.element_size()}x})"
+
+
 def _where(inputs: Inputs, draft_id: int, logits_row: torch.Tensor) -> str:
-    rank = draft_id // inputs.layouts[0].size
-    return f"draft id {draft_id} on rank {rank}, logit {float(logits_row[draft_id])!r}"
+    return f"draft id {draft_id} on rank {owner(inputs, draft_id).rank}, logit {value_bits(logits_row[draft_id])}"
+
+
+def recompute(inputs: Inputs, row: int, dtype: torch.dtype) -> torch.Tensor:
+    """The row's token logits computed directly from the head in ``dtype`` (cap, then scale)."""
+    case, vocab = inputs.case, inputs.vocab
+    bias = None if inputs.bias is None else inputs.bias[:vocab].to(dtype)
+    logits = head_logits(inputs.hidden[row : row + 1].to(dtype), inputs.weight[:vocab].to(dtype), bias)[0]
+    if case.soft_cap is not None:
+        logits = torch.tanh(logits / case.soft_cap) * case.soft_cap
+    return logits * case.scale if case.scale != 1.0 else logits
+
+
+def precision_explanations(inputs: Inputs, row: int, logits: torch.Tensor) -> dict[str, int]:
+    """The first maximum of the row under precision slips an implementation might make, by slip."""
+    tiny = torch.finfo(logits.dtype).smallest_normal
+    flushed = torch.where(logits.float().abs() < tiny, torch.zeros_like(logits), logits)
+    slips = {"with subnormals flushed to zero": flushed, "computed in float64": recompute(inputs, row, torch.float64)}
+    if logits.dtype != torch.float32:
+        slips["computed in float32"] = recompute(inputs, row, torch.float32)
+    return {slip: int(torch.argmax(values)) for slip, values in slips.items()}
+
+
+def non_token_rule(inputs: Inputs, got: int) -> str | None:
+    """The rule a returned id breaks by what it is in the head (never a token), or None if it is a token.
+
+    Padding rows have no global id; an id names one by its position in its block (``start + row``).
+    """
+    if got in (range(inputs.vocab) if inputs.d2t is None else set(draft_targets(inputs).tolist())):
+        return None
+    lay0, vocab = inputs.layouts[0], inputs.vocab
+    if inputs.d2t is not None:
+        if 0 <= got < inputs.target_vocab:
+            return f"returned target {got}, which no draft id maps to through d2t"
+        return f"returned id out of range [0, {inputs.target_vocab})"
+    rows = lay0.org_vocab + lay0.added_vocab
+    if vocab <= got < rows:
+        return f"id beyond the logits vocabulary returned: {got} is a head id, but only ids below {vocab} are tokens"
+    base = lay0.added_row * lay0.tp
+    if lay0.org_vocab <= got < base:
+        return f"base padding returned: {got} is a base padding row of rank {got // lay0.added_row}"
+    added_rows = lay0.size - lay0.added_row
+    if rows <= got < lay0.org_vocab + added_rows * lay0.tp:
+        return f"added padding returned: {got} is an added padding row of rank {(got - lay0.org_vocab) // added_rows}"
+    return f"returned id out of range [0, {vocab})"
+
+
+def _misplaced_added(inputs: Inputs, logits: torch.Tensor, first: int, got: int) -> int | None:
+    """A maximal added id that a rank numbering its rows contiguously (from ``start``, or from ``rank * size``)
+    would report as ``got``; the values prove it holds the row's maximum."""
+    org = inputs.layouts[0].org_vocab
+    added = logits[org:]
+    best = torch.isnan(added) if bool(torch.isnan(logits[first])) else added == logits[first]
+    for token in (best.nonzero().flatten()[:64] + org).tolist():
+        lay = owner(inputs, token)
+        if got in (lay.start + lay.row_of(token), lay.rank * lay.size + lay.row_of(token)):
+            return token
+    return None
 
 
 def explain(inputs: Inputs, row: int, got: int) -> tuple[str, list[str]]:
-    """The rule a wrong token ``got`` on ``row`` broke, with the evidence."""
+    """The rule a wrong token ``got`` on ``row`` broke, named only when the logits prove it."""
     case = inputs.case
-    logits = oracle_draft_logits(inputs)[row].float()
+    logits = oracle_draft_logits(inputs)[row]
     first = int(torch.argmax(logits))
     targets = draft_targets(inputs)
-    size = inputs.layouts[0].size
     lines = [f"row {row}: expected token {int(targets[first])} ({_where(inputs, first, logits)})"]
-    if inputs.d2t is not None and got == first != int(targets[first]):
+    hits = (targets == got).nonzero().flatten()
+    tied = bool(hits.numel()) and argmax_equal(logits[int(hits[0])], logits[first])
+    if inputs.d2t is not None and got == first != int(targets[first]) and not tied:
         lines.append(f"row {row}: got token {got}")
         return f"d2t mapping skipped: returned draft id {first} instead of target {int(targets[first])}", lines
-    hits = (targets == got).nonzero().flatten()
-    if hits.numel() == 0:
+    added = None if inputs.d2t is not None or tied else _misplaced_added(inputs, logits, first, got)
+    if added is not None:
+        lines.append(f"row {row}: got token {got}; added id {added} holds the maximum too")
+        lay = owner(inputs, added)
+        return (
+            f"added id mapped to the wrong global id: added id {added} sits at row {lay.row_of(added)} of rank "
+            f"{lay.rank}, and {got} is that row's position, not its id"
+        ), lines
+    rule = non_token_rule(inputs, got)
+    if rule is not None:
         lines.append(f"row {row}: got token {got}")
-        if inputs.d2t is None and case.vocab <= got < inputs.layouts[0].padded_vocab:
-            return f"padding id returned: {got} is a padding row of rank {got // size} (vocab {case.vocab})", lines
-        if not 0 <= got < inputs.target_vocab:
-            return f"returned id out of range [0, {inputs.target_vocab})", lines
-        return f"returned target {got}, which no draft id maps to through d2t", lines
+        return rule, lines
     chosen = int(hits[0])
     lines.append(f"row {row}: got token {got} ({_where(inputs, chosen, logits)})")
     want, have = float(logits[first]), float(logits[chosen])
-    if (math.isnan(want) and math.isnan(have)) or want == have:
-        if want == 0.0 and math.copysign(1, want) != math.copysign(1, have):
+    if math.isnan(want) and not math.isnan(have):
+        return "NaN not treated as the maximum: the first NaN must win", lines
+    slips = [slip for slip, best in precision_explanations(inputs, row, logits).items() if best == chosen]
+    if slips:
+        lines.append(f"the chosen id is the first maximum of the logits {' and '.join(slips)}")
+        return "chose a non-maximal logit", lines
+    if argmax_equal(logits[first], logits[chosen]):
+        if want == 0.0 and math.copysign(1, want) < 0 < math.copysign(1, have):
             return "signed zero: -0.0 and +0.0 tie, and the first of them must win", lines
         raw = oracle_draft_logits(inputs, raw=True)[row].float()
         if case.soft_cap is not None and float(raw[chosen]) > float(raw[first]):
             return "soft cap applied after choosing: the chosen id wins only before the cap", lines
-        if chosen // size == first // size:
+        at, mine = owner(inputs, first).rank, owner(inputs, chosen).rank
+        if at == mine:
             return "tie within a shard resolved to a later index", lines
-        return "tie across ranks resolved to the higher rank", lines
+        if mine > at:
+            return "tie across ranks resolved to the higher rank", lines
+        return "tie across ranks resolved by rank, not by id: a lower rank's larger (added) id won", lines
+    rounded = [str(d)[6:] for d in (torch.bfloat16, torch.float16) if torch.tensor(float(first)).to(d) == chosen]
+    if rounded and abs(chosen - first) == 1:  # the id alone cannot tell these two apart
+        return f"global id off by one, or id carried in {rounded[0]}: {first} reported as {chosen} fits both", lines
+    if rounded:
+        return f"id carried in {rounded[0]}: {first} rounds to {chosen}", lines
     if abs(chosen - first) == 1:
         return f"global id off by one (draft id {first} reported as {chosen})", lines
-    if math.isnan(want):
-        return "NaN not treated as the maximum: the first NaN must win", lines
-    for dtype in (torch.bfloat16, torch.float16):
-        if int(torch.tensor(float(first)).to(dtype).float()) == chosen:
-            return f"id carried in {str(dtype)[6:]}: {first} rounds to {chosen}", lines
     return "chose a non-maximal logit", lines
+
+
+def argmax_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal as argmax sees them: NaN equals NaN, -0.0 equals +0.0."""
+    return bool(a == b) or bool(torch.isnan(a) & torch.isnan(b))
 
 
 def _around(logits: torch.Tensor, draft_id: int, width: int = 2) -> str:
@@ -136,9 +233,8 @@ def explain_tokens(impl, inputs: Inputs) -> list[str]:
         return [f"the implementation returned {outputs[0]!r}"]
     differ = (got != expected).nonzero().flatten()
     row = int(differ[0]) if differ.numel() else 0
-    logits = oracle_draft_logits(inputs)[row].float()
+    logits = oracle_draft_logits(inputs)[row]
     targets = draft_targets(inputs)
-    size = inputs.layouts[0].size
     lines = [
         f"row {row} of {inputs.case.batch}: oracle token {int(expected[row])}, implementation token {int(got[row])}"
     ]
@@ -146,7 +242,7 @@ def explain_tokens(impl, inputs: Inputs) -> list[str]:
         hits = (targets == token).nonzero().flatten()
         if hits.numel():
             k = int(hits[0])
-            lines.append(f"  {who}'s draft id {k} (rank {k // size} won): logits {_around(logits, k)}")
+            lines.append(f"  {who}'s draft id {k} (rank {owner(inputs, k).rank} won): logits {_around(logits, k)}")
         else:
-            lines.append(f"  {who}'s token {token} is no draft id's target (padding or out of range)")
+            lines.append(f"  {who}'s token {token}: {non_token_rule(inputs, token)}")
     return lines

@@ -7,7 +7,8 @@
 * ``nightly``: many examples, with the example database on.
 
 Each profile's ``max_examples`` is what a property gets on the simulated group;
-on a real process group it gets ``BACKEND_SHARE`` of that.  Both run the same
+on a real process group it gets ``BACKEND_SHARE`` of that, and the properties in
+``PROPERTY_SHARE`` get that share of it again.  Both run the same
 rank code.  The search for a wrong token needs many examples and is spent where
 they are cheap; what a process group adds (real collectives, processes,
 pickling) shows on any example, and costs more per example, most of all when
@@ -34,8 +35,17 @@ from hypothesis.database import (
     ReadOnlyDatabase,
 )
 
-CI_EXAMPLES = 400
+CI_EXAMPLES = 300
 BACKEND_SHARE = {"sim": 1.0, "gloo": 0.25, "torchrun": 0.25}
+# Properties that restate another's answer on the same cases run a share of the budget: the byte counts
+# depend on B, tp and k only; determinism and top-1 rerun what token and top-k exactness already judge.
+PROPERTY_SHARE = {
+    "test_bytes_per_step": 0.25,
+    "test_top_k_bytes_per_step": 0.25,
+    "test_determinism": 0.5,
+    "test_top_k_determinism": 0.5,
+    "test_top1_is_the_argmax_token": 0.5,
+}
 
 
 def example_database() -> ExampleDatabase:
@@ -89,7 +99,7 @@ def running_with(test: Callable, new: settings) -> Iterator[None]:
 def backend_budget(test: Callable, backend: str | None) -> Iterator[None]:
     """While it runs on ``backend``, give Hypothesis test ``test`` its share of its examples."""
     current = getattr(test, _SETTINGS, None)
-    share = BACKEND_SHARE.get(backend, 1.0)
+    share = BACKEND_SHARE.get(backend, 1.0) * PROPERTY_SHARE.get(getattr(test, "__name__", ""), 1.0)
     if current is None or share == 1.0:
         yield
         return

@@ -20,18 +20,19 @@ from typing import Any
 import hypothesis
 import torch
 
-from properties import checks
-from properties.cases import Case, Inputs
-from sharded.layout import vocab_parallel_layout
+from properties import checks, top_k
+from properties.cases import Case, Inputs, layouts_of
+from sharded.impls import load_impl
 
-FORMAT = "tpargmax-repro/1"
+FORMAT = "tpargmax-repro/2"
+OLD_FORMATS = ("tpargmax-repro/1",)  # weight held every padded row in rank order (no added ids then)
 INLINE_BYTES = 64 * 1024
-TENSORS = ("hidden", "weight", "bias", "d2t")
+TENSORS = ("hidden", "weight", "bias", "d2t", "pad_weight", "pad_bias")
 DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool)}
 
 
 def _encode(t: torch.Tensor) -> dict[str, Any]:
-    raw = bytes(t.contiguous().view(torch.uint8).reshape(-1).tolist()) if t.numel() else b""
+    raw = bytes(t.contiguous().reshape(-1).view(torch.uint8).tolist()) if t.numel() else b""
     return {"dtype": str(t.dtype), "shape": list(t.shape), "hex": raw.hex()}
 
 
@@ -83,27 +84,42 @@ def load(path: str | Path, backend: str | None = None) -> tuple[dict[str, Any], 
     """The record and its exact inputs (from the stored tensors), on ``backend`` or the recorded one."""
     path = Path(path)
     record = json.loads(path.read_text(encoding="utf-8"))
-    if record.get("format") != FORMAT:
+    if record.get("format") not in (FORMAT, *OLD_FORMATS):
         raise ValueError(f"{path}: not a {FORMAT} file (format {record.get('format')!r})")
     case = Case(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["case_fields"].items()})
     if "tensors" in record:
         tensors = {name: _decode(d) for name, d in record["tensors"].items()}
     else:
         tensors = torch.load(path.parent / record["tensors_file"], weights_only=True)
+    if record["format"] in OLD_FORMATS:  # every padding row was the same: keep one
+        for name, pad in (("weight", "pad_weight"), ("bias", "pad_bias")):
+            if name in tensors and tensors[name].shape[0] > case.vocab:
+                tensors[pad] = tensors[name][case.vocab]
+            if name in tensors:
+                tensors[name] = tensors[name][: case.vocab]
     inputs = Inputs(
         case,
         tensors["hidden"],
         tensors["weight"],
         tensors.get("bias"),
-        vocab_parallel_layout(case.vocab, case.tp),
+        layouts_of(case),
         tensors.get("d2t"),
         record["target_vocab"],
         tuple(record["applied"]),
         record["backend"],
+        tensors.get("pad_weight"),
+        tensors.get("pad_bias"),
     )
     if backend is not None:
         inputs = replace(inputs, backend=backend)
     return record, inputs
+
+
+TOP_K_CHECKS = {
+    top_k.TOP_K_EXACT: top_k.check_top_k_exact,
+    top_k.TOP_K_CONTRACT: top_k.check_top_k_contract,
+    top_k.TOP_K_DETERMINISM: top_k.check_top_k_determinism,
+}
 
 
 def check(record: dict[str, Any], impl, inputs: Inputs) -> None:
@@ -117,6 +133,10 @@ def check(record: dict[str, Any], impl, inputs: Inputs) -> None:
         checks.check_tp_invariance(impl, inputs, extra.get("tps"))
     elif prop == checks.DETERMINISM:
         checks.check_determinism(impl, inputs)
+    elif prop == top_k.TOP_K_TOP1:
+        top_k.check_top1_is_argmax(impl, load_impl(extra["argmax_impl"]), inputs, extra["k"])
+    elif prop in TOP_K_CHECKS:
+        TOP_K_CHECKS[prop](impl, inputs, extra["k"])
     else:
         checks.check_output_contract(impl, inputs)
         checks.check_token_exact(impl, inputs)

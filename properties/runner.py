@@ -10,14 +10,17 @@ import torch
 
 from properties.cases import Case, Inputs, build
 from reference.oracle import draft_logits, tokens_from_draft_logits
+from reference.topk import classic_top_k
 from sharded.group import Traffic
 from sharded.impls import Impl
 from sharded.pool import RankPool
 from sharded.simulated import DEFAULT_TIMEOUT, run_simulated
 
-# Set by conftest from --collective-timeout and --gloo-tps.
+# Set by conftest from --collective-timeout, --gloo-tps and --heads.
 collective_timeout = DEFAULT_TIMEOUT
 gloo_tps: tuple[int, ...] = (2, 4)
+HEADS = ("all", "base")  # base: only base ids are tokens (added rows, if any, lie beyond the logits vocabulary)
+heads = "all"
 
 BACKENDS = ("sim", "gloo", "torchrun")
 _pools: dict[int, RankPool] = {}
@@ -25,19 +28,25 @@ torchrun_job = None  # the TorchrunJob when properties.torchrun runs this proces
 
 
 def backend_tps(backend: str) -> tuple[int, ...]:
+    """The tps a backend offers for TP invariance; the simulated group also runs any tp a case draws."""
     if backend == "torchrun":
         return (torchrun_job.world_size,)
     return gloo_tps if backend == "gloo" else (1, 2, 4, 8)
 
 
 def nearest_tp(tp: int, backend: str) -> int:
-    """``tp`` if ``backend`` runs it, else the nearest tp it runs (the smaller on a draw)."""
+    """``tp`` if ``backend`` runs it (the simulated group runs every tp), else the nearest tp it runs
+    (the smaller on a draw)."""
     tps = backend_tps(backend)
-    return tp if tp in tps else min(tps, key=lambda t: (abs(t - tp), t))
+    return tp if backend == "sim" or tp in tps else min(tps, key=lambda t: (abs(t - tp), t))
 
 
 def prepare(case: Case, backend: str = "sim") -> Inputs:
-    """Build ``case`` for ``backend``, moving its tp to the nearest one the backend runs."""
+    """Build ``case`` for ``backend``, moving its tp to the nearest one the backend runs (and, under
+    ``--heads base``, its logits vocabulary down to the base ids)."""
+    logits_vocab = case.logits_vocab or case.vocab + case.added
+    if heads == "base" and logits_vocab > case.vocab:
+        case = replace(case, logits_vocab=case.vocab)
     return replace(build(replace(case, tp=nearest_tp(case.tp, backend))), backend=backend)
 
 
@@ -87,13 +96,25 @@ def oracle_tokens(inputs: Inputs, logits: torch.Tensor | None = None) -> torch.T
     return tokens_from_draft_logits(logits, inputs.d2t, inputs.target_vocab)
 
 
+def oracle_top_k(inputs: Inputs, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The classic path's top k: target ids ``[B, k]`` and their logits, by the argmax order."""
+    return classic_top_k(oracle_draft_logits(inputs), k, inputs.d2t, inputs.target_vocab)
+
+
 def oracle_draft_logits(inputs: Inputs, *, raw: bool = False) -> torch.Tensor:
-    """The oracle's ``[B, vocab]`` logits; ``raw`` skips soft cap and scale (for diagnosis)."""
+    """The oracle's ``[B, vocab]`` logits of the token ids; ``raw`` skips soft cap and scale (for diagnosis).
+
+    It gets the head's sizes from the case, never the layouts, and places rows by its own derivation.
+    """
+    case = inputs.case
     return draft_logits(
         inputs.hidden,
         [inputs.weight_shard(r) for r in range(inputs.tp)],
         None if inputs.bias is None else [inputs.bias_shard(r) for r in range(inputs.tp)],
-        vocab=inputs.case.vocab,
-        scale=1.0 if raw else inputs.case.scale,
-        soft_cap=None if raw else inputs.case.soft_cap,
+        vocab=inputs.vocab,
+        org_vocab=case.vocab,
+        added_vocab=case.added,
+        padding_size=case.padding_size,
+        scale=1.0 if raw else case.scale,
+        soft_cap=None if raw else case.soft_cap,
     )

@@ -1,7 +1,9 @@
 """Strategies draw structure (sizes, tp, plans, a seed), never tensor elements.
 
 Sizes are drawn by class so that most examples are small and fast while large
-vocabularies (up to 262144) and padding-only ranks still appear; the named edge
+vocabularies (up to 262144) and padding-only ranks still appear.  Heads carry
+added ids half the time, a logits vocabulary below the head's ids half the time,
+and padding to 64, 128 or 96 rows, at every tp up to 8 that the head admits; the named edge
 cases are pinned with ``@example`` through :func:`with_edge_cases`.
 """
 
@@ -11,9 +13,12 @@ from hypothesis import example
 from hypothesis import strategies as st
 
 from properties.cases import D2T_PLANS, DTYPES, PADDING_PLANS, SPECIAL_PLANS, TIE_PLANS, Case
+from reference.head import padded_sizes
 
 REAL_VOCABS = (32000, 32001, 128256, 151936, 262144)
-TPS = (1, 2, 4, 8)
+PADDING_SIZES = (64, 64, 128, 96)  # vLLM's default twice as often; 96 admits tp 3 and 6
+MAX_TP = 8
+MAX_K = 8  # tree drafting's top-k widths
 
 
 def _plans(draw: st.DrawFn, names: tuple[str, ...]) -> tuple[str, ...]:
@@ -37,6 +42,13 @@ def cases(draw: st.DrawFn, *, int_weights: bool = False) -> Case:
         vocab, max_batch, max_hidden = draw(st.integers(4097, 40000)), 8, 8
     else:
         vocab, max_batch, max_hidden = draw(st.sampled_from(REAL_VOCABS)), 2, 4
+    added = (0, 0, draw(st.integers(1, 16)), draw(st.integers(17, 300)))[draw(st.integers(0, 3))]
+    padding_size = draw(st.sampled_from(PADDING_SIZES))
+    full = vocab + added
+    cut = (0, 0, draw(st.integers(1, padding_size)), draw(st.integers(padding_size + 1, 3 * padding_size)))
+    logits_vocab = max(1, full - cut[draw(st.integers(0, 3))])
+    base, total = padded_sizes(vocab, added, padding_size)
+    tp = draw(st.sampled_from([t for t in range(1, MAX_TP + 1) if base % t == 0 and (total - base) % t == 0]))
     ties = _plans(draw, TIE_PLANS)
     specials = _plans(draw, SPECIAL_PLANS)
     soft_cap = draw(st.none() | st.sampled_from((1.0, 4.0, 30.0, 50.0)))
@@ -48,7 +60,10 @@ def cases(draw: st.DrawFn, *, int_weights: bool = False) -> Case:
         batch=draw(st.integers(1, max_batch)),
         hidden=draw(st.integers(3, max_hidden)),
         vocab=vocab,
-        tp=draw(st.sampled_from(TPS)),
+        tp=tp,
+        added=added,
+        padding_size=padding_size,
+        logits_vocab=None if logits_vocab == full else logits_vocab,
         dtype=draw(st.sampled_from(tuple(DTYPES))),
         seed=draw(st.integers(0, 2**32 - 1)),
         weights="int" if int_weights else draw(st.sampled_from(("int", "normal"))),
@@ -89,11 +104,22 @@ EDGE_CASES = (
         seed=7,
     ),
     Case(batch=1, hidden=3, vocab=1, tp=1),
+    # added ids and ids beyond the logits vocabulary, every one of them a trap
+    Case(
+        batch=4, hidden=5, vocab=1000, tp=4, added=40, padding_size=128, logits_vocab=990, padding="above_max", seed=8
+    ),
+    # vLLM's docstring head: every added id on rank 0, tied with a smaller base id on rank 1
+    Case(batch=4, hidden=5, vocab=1010, tp=2, added=16, ties=("added_tie",), seed=9),
+    Case(
+        batch=4, hidden=5, vocab=500, tp=3, added=100, padding_size=96, ties=("added_max",), padding="copy_max", seed=10
+    ),
 )
 
 
-def with_edge_cases(test):
-    """Apply ``@example(case=...)`` for every pinned edge case."""
+def with_edge_cases(test=None, **extra):
+    """Apply ``@example(case=..., **extra)`` for every pinned edge case."""
+    if test is None:
+        return lambda fn: with_edge_cases(fn, **extra)
     for case in reversed(EDGE_CASES):
-        test = example(case=case)(test)
+        test = example(case=case, **extra)(test)
     return test

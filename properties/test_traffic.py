@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from properties.runner import prepare, run_ranks
-from properties.strategies import cases
+from properties.strategies import MAX_K, cases
 from sharded.impls import load_impl
 
 FORMULAS = {
@@ -30,6 +31,24 @@ def test_bytes_per_step(name, backend, case):
     _, traffic = run_ranks(load_impl(name), inputs)
     lay = inputs.layouts[0]
     want = FORMULAS[name](case.batch, inputs.tp, lay.padded_vocab, inputs.weight.element_size())
+    for rank, t in enumerate(traffic):
+        assert dict(t.bytes) == want, f"{name} on {backend} rank {rank} moved {dict(t.bytes)}, expected {want}"
+        assert sum(t.calls.values()) == 1, f"{name} made {dict(t.calls)} collective calls; one is the design"
+
+
+TOPK_FORMULAS = {
+    # [tp, B, k, 2] float32 (value, id) pairs, gathered once: independent of the vocabulary
+    "topk_pairs": lambda b, tp, k: {"all_gather": b * 2 * k * tp * 4},
+}
+
+
+@pytest.mark.parametrize("name", sorted(TOPK_FORMULAS))
+@given(case=cases(), k=st.integers(1, MAX_K))
+def test_top_k_bytes_per_step(name, backend, case, k):
+    inputs = prepare(case, backend)
+    k = min(k, inputs.vocab)
+    _, traffic = run_ranks(load_impl(name), inputs, lambda kw: {**kw, "k": k})
+    want = TOPK_FORMULAS[name](case.batch, inputs.tp, k)
     for rank, t in enumerate(traffic):
         assert dict(t.bytes) == want, f"{name} on {backend} rank {rank} moved {dict(t.bytes)}, expected {want}"
         assert sum(t.calls.values()) == 1, f"{name} made {dict(t.calls)} collective calls; one is the design"

@@ -1,7 +1,8 @@
-"""The classic path: gather every shard's logits, drop padding, scatter through d2t, argmax.
+"""The classic path: gather every shard's logits, order them by global id, keep the tokens, scatter, argmax.
 
-It reads padding from the real vocabulary size alone (padding always follows the
-real ids), so it depends on nothing that ``sharded/`` computes.
+It places each row by the global id ``reference.head.row_ids`` derives from the
+head's sizes (through ``token_columns``), never by concatenating shards (with added ids, rank order is not
+id order), so it depends on nothing that ``sharded/`` computes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from reference.checks import InvalidInput, check_d2t, check_head, check_scale
+from reference.head import DEFAULT_PADDING_SIZE, check_vocab, token_columns
 from reference.logits import head_logits
 
 
@@ -20,23 +22,35 @@ def draft_logits(
     bias_shards: Sequence[torch.Tensor | None] | None,
     *,
     vocab: int,
+    org_vocab: int | None = None,
+    added_vocab: int = 0,
+    padding_size: int = DEFAULT_PADDING_SIZE,
     scale: float = 1.0,
     soft_cap: float | None = None,
 ) -> torch.Tensor:
-    """``[B, vocab]``: the shards' logits concatenated in rank order, padding dropped."""
+    """``[B, vocab]``: the logits of token ids ``0 .. vocab - 1`` (the logits vocabulary), by global id.
+
+    ``org_vocab`` (default ``vocab``) base ids and ``added_vocab`` added ids make the head; ids at or above
+    ``vocab`` and every padding row are dropped.
+    """
     check_scale(scale, soft_cap)
-    biases = bias_shards if bias_shards is not None else [None] * len(weight_shards)
-    if len(biases) != len(weight_shards):
-        raise InvalidInput(f"{len(weight_shards)} weight shards but {len(biases)} bias shards")
-    for w, b in zip(weight_shards, biases, strict=True):
+    tp = len(weight_shards)
+    org = vocab if org_vocab is None else org_vocab
+    _, total = check_vocab(org, added_vocab, padding_size, vocab, max(tp, 1))
+    biases = bias_shards if bias_shards is not None else [None] * tp
+    if len(biases) != tp:
+        raise InvalidInput(f"{tp} weight shards but {len(biases)} bias shards")
+    for rank, (w, b) in enumerate(zip(weight_shards, biases, strict=True)):
         check_head(hidden, w, b)
-    padded = sum(w.shape[0] for w in weight_shards)
-    if not 1 <= vocab <= padded:
-        raise InvalidInput(f"vocab must be in [1, {padded}] (the shards' total rows), got {vocab}")
+        if w.shape[0] != total // tp:
+            raise InvalidInput(
+                f"weight shard {rank} has {w.shape[0]} rows; a head of {org} base + {added_vocab} added ids padded "
+                f"to multiples of {padding_size} has {total} rows, {total // tp} per rank at tp={tp}"
+            )
     full = torch.cat(
         [head_logits(hidden, w, b, scale, soft_cap) for w, b in zip(weight_shards, biases, strict=True)], dim=1
     )
-    return full[:, :vocab]
+    return full.index_select(1, token_columns(org, added_vocab, padding_size, tp, vocab))
 
 
 def scatter_to_target(logits: torch.Tensor, d2t: torch.Tensor, target_vocab: int) -> torch.Tensor:
@@ -53,13 +67,26 @@ def classic_tokens(
     bias_shards: Sequence[torch.Tensor | None] | None = None,
     *,
     vocab: int,
+    org_vocab: int | None = None,
+    added_vocab: int = 0,
+    padding_size: int = DEFAULT_PADDING_SIZE,
     scale: float = 1.0,
     soft_cap: float | None = None,
     d2t: torch.Tensor | None = None,
     target_vocab: int | None = None,
 ) -> torch.Tensor:
-    """The oracle's int64 target ids ``[B]``."""
-    logits = draft_logits(hidden, weight_shards, bias_shards, vocab=vocab, scale=scale, soft_cap=soft_cap)
+    """The oracle's int64 target ids ``[B]``; the head's sizes are as for :func:`draft_logits`."""
+    logits = draft_logits(
+        hidden,
+        weight_shards,
+        bias_shards,
+        vocab=vocab,
+        org_vocab=org_vocab,
+        added_vocab=added_vocab,
+        padding_size=padding_size,
+        scale=scale,
+        soft_cap=soft_cap,
+    )
     return tokens_from_draft_logits(logits, d2t, target_vocab)
 
 

@@ -8,9 +8,13 @@ from dataclasses import dataclass
 
 import torch
 
-from sharded.local_argmax import BUILTINS
+from sharded.local_argmax import BUILTINS as ARGMAX_BUILTINS
+from sharded.local_top_k import TOPK_BUILTINS
+
+BUILTINS = {**ARGMAX_BUILTINS, **TOPK_BUILTINS}
 
 IMPL_ENV = "TPARGMAX_IMPL"
+TOPK_IMPL_ENV = "TPARGMAX_TOPK_IMPL"
 
 
 @dataclass(frozen=True)
@@ -25,7 +29,7 @@ class Impl:
 
 
 def load_impl(spec: str) -> Impl:
-    """A built-in short name (``vllm_pairs``, ``packed_key``, ...) or ``package.module:attr``."""
+    """A built-in short name (``vllm_pairs``, ``packed_key``, ``topk_pairs``, ...) or ``package.module:attr``."""
     if spec in BUILTINS:
         return Impl(spec, BUILTINS[spec])
     module, sep, attr = spec.partition(":")

@@ -1,53 +1,111 @@
-"""vLLM's vocab-parallel layout: which padded ids each TP rank owns.
+"""vLLM's vocab-parallel head layout: which rows each TP rank holds, and which of them are tokens.
 
-The real vocabulary of ``vocab`` ids is padded to a multiple of ``pad_to``
-(vLLM's ``DEFAULT_VOCAB_PADDING_SIZE`` is 64) and split into ``tp`` equal,
-contiguous shards.  All padding therefore sits at the end, on the last rank(s),
-and a rank may hold padding only.
+The ``org_vocab`` base ids are padded to a multiple of ``padding_size``; base
+plus ``added_vocab`` added ids (LoRA or added tokens, global ids ``org_vocab``
+onwards) are padded again.  The base rows and the added rows are split over the
+ranks separately, so each rank holds ``[base real | base padding | added real |
+added padding]``.  Only ids below ``vocab``, the logits vocabulary (vLLM's
+``LogitsProcessor(..., org_vocab_size=L)``), are tokens.  Today's simple head
+is ``vocab_parallel_layout(vocab, tp)``: no added ids, padding 64, every base id
+a token.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_PAD_TO = 64
+import torch
+
+from reference.head import DEFAULT_PADDING_SIZE, check_vocab
 
 
 @dataclass(frozen=True)
 class ShardLayout:
-    """What one rank owns: padded ids ``[start, start + num_real + num_padding)``."""
+    """One rank's rows: tokens ``start ..`` at rows ``[0, num_real)`` and ``added_start ..`` at
+    rows ``[added_row, added_row + num_added)``; every other row is padding or an id at or above ``vocab``."""
 
-    vocab: int
-    padded_vocab: int
+    vocab: int  # the logits vocabulary: ids 0 .. vocab-1 are tokens
+    padded_vocab: int  # rows over all ranks
     tp: int
     rank: int
-    start: int
+    start: int  # global id of row 0
     num_real: int
-    num_padding: int
+    org_vocab: int
+    added_vocab: int = 0
+    padding_size: int = DEFAULT_PADDING_SIZE
+    added_row: int = 0  # the first row of the added block (the base rows per rank)
+    added_start: int = 0  # global id of row added_row
+    num_added: int = 0
 
     @property
     def size(self) -> int:
-        return self.num_real + self.num_padding
+        return self.padded_vocab // self.tp
 
     @property
-    def end(self) -> int:
-        return self.start + self.size
+    def num_padding(self) -> int:
+        """Rows that are not tokens: padding, and ids at or above ``vocab``."""
+        return self.size - self.num_real - self.num_added
+
+    @property
+    def base_real(self) -> int:
+        """Rows ``[0, base_real)`` hold base ids (tokens or not); the rest of the base block is padding."""
+        return max(0, min(self.added_row, self.org_vocab - self.start))
+
+    @property
+    def added_real(self) -> int:
+        """Rows ``[added_row, added_row + added_real)`` hold added ids; the rest of the rank is padding."""
+        return max(0, min(self.size - self.added_row, self.org_vocab + self.added_vocab - self.added_start))
+
+    def token_rows(self) -> torch.Tensor:
+        """The rows that are tokens, ascending (so are their global ids)."""
+        base = torch.arange(self.num_real)
+        return base if not self.num_added else torch.cat([base, torch.arange(self.num_added) + self.added_row])
+
+    def token_ids(self) -> torch.Tensor:
+        """The global ids of :meth:`token_rows`."""
+        return torch.cat([torch.arange(self.num_real) + self.start, torch.arange(self.num_added) + self.added_start])
+
+    def row_of(self, token: int) -> int | None:
+        """The row holding global id ``token`` on this rank (padding and non-token rows included), or None."""
+        if self.start <= token < self.start + self.base_real:
+            return token - self.start
+        if self.added_start <= token < self.added_start + self.added_real:
+            return self.added_row + token - self.added_start
+        return None
 
 
-def vocab_parallel_layout(vocab: int, tp: int, pad_to: int = DEFAULT_PAD_TO) -> tuple[ShardLayout, ...]:
-    """Return one :class:`ShardLayout` per rank, in rank order."""
-    for name, value in (("vocab", vocab), ("tp", tp), ("pad_to", pad_to)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    padded = -(-vocab // pad_to) * pad_to
-    if padded % tp:
-        raise ValueError(
-            f"tp={tp} does not divide the padded vocabulary {padded} (vocab {vocab} padded to a multiple of {pad_to})"
-        )
-    per_rank = padded // tp
+def vocab_parallel_layout(
+    vocab: int,
+    tp: int,
+    *,
+    added_vocab: int = 0,
+    padding_size: int = DEFAULT_PADDING_SIZE,
+    logits_vocab: int | None = None,
+) -> tuple[ShardLayout, ...]:
+    """One :class:`ShardLayout` per rank, in rank order, for ``vocab`` base ids (vLLM's ``org_num_embeddings``).
+
+    ``logits_vocab`` defaults to every id, base and added.
+    """
+    logits = vocab + added_vocab if logits_vocab is None else logits_vocab
+    base, total = check_vocab(vocab, added_vocab, padding_size, logits, tp)
+    base_rows, added_rows = base // tp, (total - base) // tp
     layouts = []
     for rank in range(tp):
-        start = rank * per_rank
-        num_real = max(0, min(start + per_rank, vocab) - start)
-        layouts.append(ShardLayout(vocab, padded, tp, rank, start, num_real, per_rank - num_real))
+        start, added_start = rank * base_rows, vocab + rank * added_rows
+        layouts.append(
+            ShardLayout(
+                vocab=logits,
+                padded_vocab=total,
+                tp=tp,
+                rank=rank,
+                start=start,
+                num_real=max(0, min(base_rows, vocab - start, logits - start)),
+                org_vocab=vocab,
+                added_vocab=added_vocab,
+                padding_size=padding_size,
+                added_row=base_rows,
+                added_start=added_start,
+                num_added=max(0, min(added_rows, vocab + added_vocab - added_start, logits - added_start)),
+            )
+        )
     return tuple(layouts)

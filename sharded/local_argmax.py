@@ -13,7 +13,7 @@ from reference.checks import check_d2t, check_float_ids, check_head, check_scale
 from reference.logits import head_logits
 from sharded.group import TPGroup
 from sharded.keys import decode_ids, encode_keys
-from sharded.layout import ShardLayout
+from sharded.layout import ShardLayout, vocab_parallel_layout
 
 
 def checked_shard_logits(
@@ -30,21 +30,30 @@ def checked_shard_logits(
     if weight.shape[0] != layout.size:
         raise ValueError(
             f"rank {layout.rank}: weight shard has {weight.shape[0]} rows but the layout gives "
-            f"{layout.size} ({layout.num_real} real + {layout.num_padding} padding)"
+            f"{layout.size} ({layout.num_real + layout.num_added} tokens + {layout.num_padding} other rows)"
         )
     return head_logits(hidden, weight, bias, scale, soft_cap)
 
 
-def local_best(logits: torch.Tensor, layout: ShardLayout) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's first maximum over the real columns only (padding never competes), and its global id.
+def token_logits(logits: torch.Tensor, layout: ShardLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[B, n]`` logits of this rank's token rows (base, then added) and their ascending global ids ``[n]``."""
+    if not layout.num_added:
+        return logits[:, : layout.num_real], torch.arange(layout.num_real) + layout.start
+    return logits[:, layout.token_rows()], layout.token_ids()
 
-    A rank of padding only offers ``-inf`` at its first id, which loses every tie to a lower rank.
+
+def local_best(logits: torch.Tensor, layout: ShardLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's first maximum over this rank's tokens only (padding never competes), and its global id.
+
+    A rank without tokens offers ``-inf`` at its first id, which loses every tie to rank 0 (id 0 is always
+    a token there).
     """
-    if layout.num_real == 0:
+    values, ids = token_logits(logits, layout)
+    if not ids.numel():
         values = logits.new_full(logits.shape[:1], float("-inf"))
         return values, torch.full_like(values, layout.start, dtype=torch.int64)
-    values, index = logits[:, : layout.num_real].max(dim=-1)
-    return values, index + layout.start
+    best, index = values.max(dim=-1)
+    return best, ids[index]
 
 
 def map_d2t(ids: torch.Tensor, d2t: torch.Tensor | None, layout: ShardLayout) -> torch.Tensor:
@@ -56,11 +65,14 @@ def map_d2t(ids: torch.Tensor, d2t: torch.Tensor | None, layout: ShardLayout) ->
 
 
 def pick_pairs(values: torch.Tensor, ids: torch.Tensor, group: TPGroup) -> torch.Tensor:
-    """vLLM's exchange: all-gather ``[value, id]`` as float32 pairs, take the first maximal value."""
+    """vLLM's exchange: all-gather ``[value, id]`` as float32 pairs, take the maximal value, the smallest id on ties.
+
+    Not the lowest rank: with added ids, a lower rank can hold a larger id (vLLM takes the lowest rank).
+    """
     pairs = torch.stack([values.float(), ids.float()], dim=-1)  # [B, 2]
     gathered = group.all_gather(pairs)  # [tp, B, 2]
-    winner = gathered[..., 0].argmax(dim=0)  # first (lowest) rank on ties; NaN wins
-    return gathered[..., 1].gather(0, winner.unsqueeze(0)).squeeze(0).long()
+    keys = encode_keys(gathered[..., 0], gathered[..., 1].long())  # the argmax order: NaN first, -0 == +0
+    return gathered[..., 1].gather(0, keys.argmax(dim=0).unsqueeze(0)).squeeze(0).long()
 
 
 def reduce_pairs(logits: torch.Tensor, layout: ShardLayout, group: TPGroup) -> torch.Tensor:
@@ -75,9 +87,18 @@ def reduce_keys(logits: torch.Tensor, layout: ShardLayout, group: TPGroup) -> to
 
 
 def reduce_gather(logits: torch.Tensor, layout: ShardLayout, group: TPGroup) -> torch.Tensor:
-    """The classic path: all-gather every logit, O(B * V_padded) bytes, then one argmax."""
+    """The classic path: all-gather every logit, O(B * V_padded) bytes, order the tokens by global id, argmax."""
     gathered = group.all_gather(logits)  # [tp, B, shard]
-    return gathered.permute(1, 0, 2).reshape(logits.shape[0], -1)[:, : layout.vocab].argmax(dim=-1)
+    every = vocab_parallel_layout(
+        layout.org_vocab,
+        layout.tp,
+        added_vocab=layout.added_vocab,
+        padding_size=layout.padding_size,
+        logits_vocab=layout.vocab,
+    )
+    base = [gathered[lay.rank][:, : lay.num_real] for lay in every]  # base ids come before added ids
+    added = [gathered[lay.rank][:, lay.added_row : lay.added_row + lay.num_added] for lay in every]
+    return torch.cat(base + added, dim=1).argmax(dim=-1)
 
 
 REDUCTIONS = {"vllm_pairs": reduce_pairs, "packed_key": reduce_keys, "classic_gather": reduce_gather}

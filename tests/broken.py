@@ -15,25 +15,72 @@ from collections import Counter
 import torch
 
 from reference.checks import check_d2t, check_scale
+from reference.logits import head_logits
 from sharded.keys import decode_ids, encode_keys
-from sharded.local_argmax import checked_shard_logits, local_best, map_d2t, pick_pairs, vllm_pairs
+from sharded.local_argmax import checked_shard_logits, local_best, map_d2t, pick_pairs, token_logits, vllm_pairs
+from sharded.local_top_k import local_top_k, merge_pairs, topk_pairs
 from sharded.torch_group import TorchGroup
 
 
-def no_padding_mask(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
-    values, index = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap).max(dim=-1)
-    ids = pick_pairs(values, index + layout.start, group)  # padding rows competed
-    if d2t is None:
-        return ids
+def _map_any(ids, d2t, layout):
+    """Draft ids through d2t; ids that are not draft ids (padding) pass unmapped."""
     targets = check_d2t(d2t, layout.vocab)
     return torch.where(ids < layout.vocab, targets[ids.clamp(max=layout.vocab - 1)], ids)
 
 
+def _unmasked(rows: str):
+    """The local path with some rows that are not tokens competing, numbered by position in their block."""
+
+    def impl(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+        logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
+        extra = {
+            "base padding": torch.arange(layout.base_real, layout.added_row),
+            "added padding": torch.arange(layout.added_row + layout.added_real, layout.size),
+            "ids >= vocab": torch.cat(
+                [
+                    torch.arange(layout.num_real, layout.base_real),
+                    torch.arange(layout.num_added, layout.added_real) + layout.added_row,
+                ]
+            ),
+        }[rows]
+        cols = torch.cat([layout.token_rows(), extra]).sort().values
+        base = cols < layout.added_row
+        ids = torch.where(base, cols + layout.start, cols - layout.added_row + layout.added_start)
+        if not cols.numel():
+            return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+        values, index = logits[:, cols].max(dim=-1)
+        top = pick_pairs(values, ids[index], group)
+        return top if d2t is None else _map_any(top, d2t, layout)
+
+    return impl
+
+
+base_padding_unmasked = _unmasked("base padding")
+added_padding_unmasked = _unmasked("added padding")
+logits_vocab_ignored = _unmasked("ids >= vocab")
+
+
+def added_ids_by_position(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """Masks the right rows, but numbers every row from ``start``, added ones included (vLLM's numbering)."""
+    values, ids = local_best(checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap), layout)
+    position = torch.where(ids >= layout.org_vocab, ids - layout.added_start + layout.added_row + layout.start, ids)
+    return map_d2t(pick_pairs(values, position, group), d2t, layout)
+
+
 def last_index_in_shard(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
-    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
-    logits[:, layout.num_real :] = float("-inf")
-    values, index = logits.flip(-1).max(dim=-1)  # first maximum of the reversed shard: the last one
-    return map_d2t(pick_pairs(values, layout.end - 1 - index, group), d2t, layout)
+    values, ids = token_logits(checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap), layout)
+    if not ids.numel():
+        return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+    best, index = values.flip(-1).max(dim=-1)  # first maximum of the reversed shard: the last one
+    return map_d2t(pick_pairs(best, ids.flip(0)[index], group), d2t, layout)
+
+
+def lowest_rank_wins(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """vLLM's merge: the first maximal value in rank order, which is not the smallest id once added ids exist."""
+    values, ids = local_best(checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap), layout)
+    gathered = group.all_gather(torch.stack([values.float(), ids.float()], dim=-1))  # [tp, B, 2]
+    winner = gathered[..., 0].argmax(dim=0)
+    return map_d2t(gathered[..., 1].gather(0, winner.unsqueeze(0)).squeeze(0).long(), d2t, layout)
 
 
 def highest_rank_wins(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
@@ -56,20 +103,21 @@ def off_by_one_at_shard_start(hidden, weight, bias, layout, *, scale=1.0, soft_c
 
 def softcap_after_choosing(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
     check_scale(scale, soft_cap)
-    raw = checked_shard_logits(hidden, weight, bias, layout, scale, None)
-    _, ids = local_best(raw, layout)
-    capped = raw if soft_cap is None else torch.tanh(raw / soft_cap) * soft_cap
-    capped[:, layout.num_real :] = float("-inf")
-    values = capped.gather(1, (ids - layout.start).unsqueeze(1)).squeeze(1)
-    return map_d2t(pick_pairs(values, ids, group), d2t, layout)
+    raw, ids = token_logits(checked_shard_logits(hidden, weight, bias, layout, scale, None), layout)
+    if not ids.numel():
+        return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+    best, index = raw.max(dim=-1)
+    capped = best if soft_cap is None else torch.tanh(best / soft_cap) * soft_cap
+    return map_d2t(pick_pairs(capped, ids[index], group), d2t, layout)
 
 
 def _keyed(canonical_zero: bool, canonical_nan: bool):
     def impl(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
         logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
-        logits[:, layout.num_real :] = float("-inf")
-        ids = torch.arange(layout.start, layout.end).expand_as(logits)
-        keys = encode_keys(logits, ids, canonical_zero=canonical_zero, canonical_nan=canonical_nan)
+        values, ids = token_logits(logits, layout)
+        if not ids.numel():
+            values, ids = logits.new_full((logits.shape[0], 1), float("-inf")), torch.tensor([layout.start])
+        keys = encode_keys(values, ids.expand_as(values), canonical_zero=canonical_zero, canonical_nan=canonical_nan)
         best = group.all_reduce(keys.max(dim=-1).values, op="max")  # local and global choice by key
         return map_d2t(decode_ids(best), d2t, layout)
 
@@ -78,6 +126,33 @@ def _keyed(canonical_zero: bool, canonical_nan: bool):
 
 key_without_zero_canon = _keyed(canonical_zero=False, canonical_nan=True)
 key_without_nan_canon = _keyed(canonical_zero=True, canonical_nan=False)
+
+
+def nan_ignored(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """NaN logits treated as ``-inf``: the neighbour of a NaN often wins, which is not an off-by-one."""
+    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap).nan_to_num(nan=float("-inf"))
+    return map_d2t(pick_pairs(*local_best(logits, layout), group), d2t, layout)
+
+
+def subnormals_flushed(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """Subnormal logits flushed to zero (denormals-are-zero hardware): a precision slip, not an id bug."""
+    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
+    tiny = torch.finfo(logits.dtype).smallest_normal
+    logits = torch.where(logits.float().abs() < tiny, torch.zeros_like(logits), logits)
+    return map_d2t(pick_pairs(*local_best(logits, layout), group), d2t, layout)
+
+
+def logits_in_float64(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """Computes the logits, soft cap and scale in float64: values that tie in the head's dtype no longer do."""
+    check_scale(scale, soft_cap)
+    checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)  # validation only
+    logits = head_logits(hidden.double(), weight.double(), None if bias is None else bias.double(), scale, soft_cap)
+    values, ids = local_best(logits, layout)
+    gathered = group.all_gather(torch.stack([values, ids.double()], dim=-1))  # [tp, B, 2] in float64
+    values, ids = gathered[..., 0], gathered[..., 1]
+    best = values.max(dim=0).values  # NaN if any
+    tied = torch.where(best.isnan(), values.isnan(), values == best)
+    return map_d2t(torch.where(tied, ids, float("inf")).min(dim=0).values.long(), d2t, layout)
 
 
 def d2t_skipped(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
@@ -132,3 +207,71 @@ def rank_one_dies(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t
             raise RuntimeError("rank_one_dies kills its process: run it on a process group, not the simulated one")
         os.kill(os.getpid(), signal.SIGKILL)
     return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+
+
+# Broken top-k implementations (the contract adds ``k`` and returns ``(ids, values)``).
+
+
+def _topk_candidates(hidden, weight, bias, layout, k, scale, soft_cap):
+    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
+    return logits, local_top_k(*token_logits(logits, layout), k)
+
+
+def topk_merge_by_rank(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
+    """Merges by value alone, stable in reverse rank order: ties go to the higher rank, not the smaller id."""
+    _, (values, ids) = _topk_candidates(hidden, weight, bias, layout, k, scale, soft_cap)
+    gathered = group.all_gather(torch.stack([values.float(), ids.float()], dim=-1)).flip(0)  # [tp, B, k, 2]
+    cand = gathered.permute(1, 0, 2, 3).reshape(values.shape[0], -1, 2)
+    keys = encode_keys(cand[..., 0], torch.zeros_like(cand[..., 1], dtype=torch.int64))
+    keys = keys.masked_fill(cand[..., 1] < 0, torch.iinfo(torch.int64).min)
+    order = keys.sort(dim=1, descending=True, stable=True).indices[:, :k]
+    return map_d2t(cand[..., 1].gather(1, order).long(), d2t, layout), cand[..., 0].gather(1, order).to(values.dtype)
+
+
+def topk_padding_fills_short_rank(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
+    """A rank with fewer than k tokens fills its slots with the rows that follow, padding included."""
+    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
+    rows, ids = layout.token_rows(), layout.token_ids()
+    if rows.numel() < k:
+        spare = torch.tensor([r for r in range(layout.size) if r not in set(rows.tolist())][: k - rows.numel()])
+        position = torch.where(
+            spare < layout.added_row, spare + layout.start, spare - layout.added_row + layout.added_start
+        )
+        rows, ids = torch.cat([rows, spare]), torch.cat([ids, position])
+    values, top = merge_pairs(*local_top_k(logits[:, rows], ids, k), k, group)
+    return _map_any(top, d2t, layout) if d2t is not None else top, values
+
+
+def topk_scale_applied_twice(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
+    """Selects right, but scales the returned values again (values are computed apart from the ids)."""
+    ids, values = topk_pairs(hidden, weight, bias, layout, k=k, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+    return ids, values * scale if scale != 1.0 else values
+
+
+def topk_ids_int32(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
+    ids, values = topk_pairs(hidden, weight, bias, layout, k=k, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+    return ids.int(), values
+
+
+def topk_two_gathers(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
+    """Right answer, but values and ids travel in two all-gathers (vLLM's way): one collective is the design."""
+    _, (values, ids) = _topk_candidates(hidden, weight, bias, layout, k, scale, soft_cap)
+    group.all_gather(ids)  # the second collective; the merge below uses the pairs
+    values, top = merge_pairs(values, ids, k, group)
+    return map_d2t(top, d2t, layout), values
+
+
+_topk_calls: Counter[str] = Counter()
+
+
+def topk_alternating(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
+    """Every other call on a rank merges ties toward the higher rank."""
+    _topk_calls[threading.current_thread().name] += 1
+    impl = topk_merge_by_rank if _topk_calls[threading.current_thread().name] % 2 else topk_pairs
+    return impl(hidden, weight, bias, layout, k=k, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+
+
+def topk_k_clamped(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
+    """Silently returns fewer ids when k exceeds the logits vocabulary."""
+    k = min(k, layout.vocab)
+    return topk_pairs(hidden, weight, bias, layout, k=k, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)

@@ -1,12 +1,21 @@
-"""Run the suite in a subprocess, as a user would from the checkout."""
+"""Run the suite as a user would: in a subprocess from the checkout, or one property in-process."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
+from types import SimpleNamespace
+
+from hypothesis import HealthCheck, Phase, settings
+
+from properties.diagnose import ImplementationHung
+from properties.profiles import running_with
+from sharded.impls import load_impl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,3 +43,27 @@ def run_suite(*args: str, profile: str | None = "ci", **env: str) -> subprocess.
     if profile:
         cmd += ["--hypothesis-profile", profile]
     return run(cmd, **env)
+
+
+FIND_ONLY = settings(
+    settings.get_profile("ci"),
+    phases=(Phase.explicit, Phase.generate),
+    report_multiple_bugs=False,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+def failure(prop, impl: str) -> str:
+    """Run ``prop`` as the suite would, on the simulated group, against ``impl`` (a ``tests.broken`` name or a
+    spec); the message it failed with, or ''."""
+    broken = load_impl(impl if ":" in impl else f"tests.broken:{impl}")
+    given = {"impl": broken, "backend": "sim"}
+    if "topk_impl" in inspect.signature(prop).parameters:  # a top-k property: the argmax side is correct
+        given.update(topk_impl=broken, impl=load_impl("vllm_pairs"))
+    given["request"] = SimpleNamespace(node=SimpleNamespace(user_properties=[]))  # the d2t findings' sink
+    try:
+        with running_with(prop, FIND_ONLY) if hasattr(prop, "hypothesis") else nullcontext():
+            prop(**{name: given[name] for name in inspect.signature(prop).parameters})
+    except (AssertionError, ImplementationHung) as exc:
+        return str(exc)
+    return ""

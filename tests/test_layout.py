@@ -1,19 +1,20 @@
-"""vLLM's vocab-parallel layout: padding at the end, padding-only ranks, clear errors."""
+"""vLLM's vocab-parallel layout: base and added blocks, padding, the logits vocabulary, clear errors."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sharded.layout import ShardLayout, vocab_parallel_layout
+from reference.head import NOT_A_ROW, row_ids
+from sharded.layout import vocab_parallel_layout
 
 
 def test_rank_of_padding_only():
-    assert vocab_parallel_layout(7, 2) == (
-        ShardLayout(vocab=7, padded_vocab=64, tp=2, rank=0, start=0, num_real=7, num_padding=25),
-        ShardLayout(vocab=7, padded_vocab=64, tp=2, rank=1, start=32, num_real=0, num_padding=32),
-    )
+    rank0, rank1 = vocab_parallel_layout(7, 2)
+    assert (rank0.start, rank0.num_real, rank0.num_padding, rank0.size) == (0, 7, 25, 32)
+    assert (rank1.start, rank1.num_real, rank1.num_padding, rank1.num_added) == (32, 0, 32, 0)
 
 
 def test_padding_on_last_rank_only():
@@ -26,29 +27,76 @@ def test_padding_on_last_rank_only():
     ]
 
 
-def test_multiple_of_64_has_no_padding():
-    assert all(lay.num_padding == 0 for lay in vocab_parallel_layout(151936, 8))
+def test_vllm_docstring_example():
+    """1010 base ids, 16 added, padding 64: 1088 rows; at tp 2 rank 0 holds every added id."""
+    rank0, rank1 = vocab_parallel_layout(1010, 2, added_vocab=16)
+    assert rank0.padded_vocab == 1088 and rank0.size == 544
+    assert (rank0.start, rank0.num_real, rank0.added_row, rank0.added_start, rank0.num_added) == (0, 512, 512, 1010, 16)
+    assert (rank1.start, rank1.num_real, rank1.added_row, rank1.added_start, rank1.num_added) == (
+        512,
+        498,
+        512,
+        1042,
+        0,
+    )
+    assert rank0.row_of(1025) == 527 and rank1.row_of(1010) is None and rank1.row_of(1009) == 497
 
 
-def test_tp_that_does_not_divide_the_padded_vocab():
-    with pytest.raises(ValueError, match=r"tp=3 does not divide the padded vocabulary 128"):
+def test_logits_vocabulary_below_the_base():
+    """A checkpoint with more rows than tokens: ids at or above the logits vocabulary are not tokens."""
+    rank0, rank1 = vocab_parallel_layout(1024, 2, added_vocab=5, padding_size=128, logits_vocab=1000)
+    assert (rank0.num_real, rank1.num_real, rank1.base_real, rank0.num_added, rank0.added_real) == (512, 488, 512, 0, 5)
+    assert rank0.vocab == 1000 and rank0.padded_vocab == 1152
+
+
+def test_tp_that_cannot_split_the_head():
+    with pytest.raises(ValueError, match=r"tp=3 cannot split this head: the 128 padded base rows"):
         vocab_parallel_layout(100, 3)
+    with pytest.raises(
+        ValueError, match=r"tp=2 cannot split .* 6 padded base rows .* 3 padded added rows \(added_vocab 1\)"
+    ):
+        vocab_parallel_layout(6, 2, added_vocab=1, padding_size=3)
 
 
-@pytest.mark.parametrize("args", [(0, 2), (10, 0), (10, 2, 0), (10.0, 2), (True, 1)])
-def test_bad_arguments(args):
-    with pytest.raises(ValueError, match="must be a positive int"):
-        vocab_parallel_layout(*args)
+@pytest.mark.parametrize(
+    "args, kw, word",
+    [
+        ((0, 2), {}, "org_vocab"),
+        ((10, 0), {}, "tp"),
+        ((10, 2), {"padding_size": 0}, "padding_size"),
+        ((10.0, 2), {}, "org_vocab"),
+        ((True, 1), {}, "org_vocab"),
+        ((10, 2), {"added_vocab": -1}, "added_vocab"),
+        ((10, 2), {"logits_vocab": 11}, "logits_vocab 11 exceeds"),
+        ((10, 2), {"logits_vocab": 0}, "logits_vocab"),
+    ],
+)
+def test_bad_arguments(args, kw, word):
+    with pytest.raises(ValueError, match=word):
+        vocab_parallel_layout(*args, **kw)
 
 
-@given(vocab=st.integers(1, 300_000), tp=st.sampled_from((1, 2, 4, 8)))
-def test_layout_tiles_the_padded_vocab(vocab, tp):
-    layouts = vocab_parallel_layout(vocab, tp)
-    padded = layouts[0].padded_vocab
-    assert padded % 64 == 0 and padded - 64 < vocab <= padded
-    assert [lay.start for lay in layouts] == [r * padded // tp for r in range(tp)]
-    assert {lay.size for lay in layouts} == {padded // tp}
-    assert sum(lay.num_real for lay in layouts) == vocab
-    real_ends = [lay.start + lay.num_real for lay in layouts if lay.num_real]
-    assert real_ends[-1] == vocab  # real ids are contiguous from 0: padding only follows them
-    assert all(lay.num_real == 0 for lay in layouts[len(real_ends) :])
+@given(
+    org=st.integers(1, 5000),
+    added=st.integers(0, 300),
+    padding=st.sampled_from((64, 96, 128)),
+    cut=st.integers(0, 400),
+    data=st.data(),
+)
+def test_layout_agrees_with_the_oracles_row_ids(org, added, padding, cut, data):
+    """Two derivations of the same layout: the rank code's ranges and the oracle's row-by-row ids."""
+    logits_vocab = max(1, org + added - cut)
+    tp = data.draw(st.integers(1, 8), label="tp")
+    try:
+        layouts = vocab_parallel_layout(org, tp, added_vocab=added, padding_size=padding, logits_vocab=logits_vocab)
+    except ValueError as exc:
+        assert "cannot split" in str(exc)
+        return
+    ids = row_ids(org, added, padding, tp)
+    for lay in layouts:
+        rows = ids[lay.rank]
+        tokens = ((rows != NOT_A_ROW) & (rows < logits_vocab)).nonzero().flatten()
+        assert torch.equal(lay.token_rows(), tokens) and torch.equal(lay.token_ids(), rows[tokens])
+        real = (rows != NOT_A_ROW).nonzero().flatten().tolist()
+        assert real == [r for r in range(lay.size) if lay.row_of(int(rows[r])) == r]
+    assert sum(lay.num_real + lay.num_added for lay in layouts) == logits_vocab

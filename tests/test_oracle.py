@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from reference.checks import InvalidInput, check_d2t, check_float_ids
-from reference.oracle import classic_tokens
+from reference.head import NOT_A_ROW, check_vocab, row_ids
+from reference.oracle import classic_tokens, draft_logits
 from reference.pyargmax import py_argmax
 
 INF, NAN = float("inf"), float("nan")
@@ -20,6 +21,7 @@ def tokens_of(rows, vocab=None, tp=1, **kw):
         weight = torch.full((len(row), 1), -0.0)
         shards = zip(weight.split(len(row) // tp), bias.split(len(row) // tp), strict=True)
         weights, biases = zip(*shards, strict=True)
+        kw = {"padding_size": len(row), **kw}  # every row of the list is a row of the head
         out += classic_tokens(torch.ones(1, 1), weights, biases, vocab=vocab or len(row), **kw).tolist()
     return out
 
@@ -30,6 +32,25 @@ def test_first_maximum_nan_and_signed_zero():
 
 def test_padding_is_dropped():
     assert tokens_of([[1, 2, 9, 9]], vocab=2, tp=2) == [1]
+
+
+def test_added_ids_are_placed_by_global_id_and_the_logits_vocabulary_cut():
+    # org 3, added 2, padding 2, tp 2: rank 0 holds ids [0, 1 | 3], rank 1 holds [2, pad | 4]
+    bias = [torch.tensor([10.0, 11.0, 13.0]), torch.tensor([12.0, 99.0, 14.0])]
+    shards = [torch.full((3, 1), -0.0)] * 2
+    logits = draft_logits(torch.ones(1, 1), shards, bias, vocab=5, org_vocab=3, added_vocab=2, padding_size=2)
+    assert logits.tolist() == [[10.0, 11.0, 12.0, 13.0, 14.0]]
+    cut = draft_logits(torch.ones(1, 1), shards, bias, vocab=2, org_vocab=3, added_vocab=2, padding_size=2)
+    assert cut.tolist() == [[10.0, 11.0]]  # ids 2, 3, 4 are beyond the logits vocabulary
+
+
+def test_head_rows_by_global_id():
+    assert row_ids(3, 2, 2, 2).tolist() == [[0, 1, 3], [2, NOT_A_ROW, 4]]
+    assert row_ids(1010, 16, 64, 2)[1, -1] == NOT_A_ROW  # vLLM's docstring example: 1088 rows
+    with pytest.raises(InvalidInput, match=r"logits_vocab 6 exceeds the head's 5 ids \(3 base \+ 2 added\)"):
+        check_vocab(3, 2, 2, 6, 1)
+    with pytest.raises(InvalidInput, match="tp=3 cannot split this head: the 128 padded base rows"):
+        check_vocab(100, 0, 64, 100, 3)
 
 
 def test_d2t_scatter_and_all_neg_inf_row():
@@ -64,17 +85,17 @@ def test_oracle_rejects_bad_input(kw, match):
 def test_oracle_rejects_bad_shapes_and_dtypes():
     hidden, weight = torch.ones(2, 3), torch.ones(4, 3)
     with pytest.raises(InvalidInput, match="shape mismatch"):
-        classic_tokens(hidden, [torch.ones(4, 2)], vocab=4)
+        classic_tokens(hidden, [torch.ones(4, 2)], vocab=4, padding_size=4)
     with pytest.raises(InvalidInput, match="dtype mismatch"):
-        classic_tokens(hidden, [weight.half()], vocab=4)
+        classic_tokens(hidden, [weight.half()], vocab=4, padding_size=4)
     with pytest.raises(InvalidInput, match="bias must be 1-D with 4 entries"):
-        classic_tokens(hidden, [weight], [torch.ones(3)], vocab=4)
+        classic_tokens(hidden, [weight], [torch.ones(3)], vocab=4, padding_size=4)
     with pytest.raises(InvalidInput, match="must be 2-D"):
-        classic_tokens(torch.ones(3), [weight], vocab=4)
+        classic_tokens(torch.ones(3), [weight], vocab=4, padding_size=4)
     with pytest.raises(InvalidInput, match="dtype must be one of"):
-        classic_tokens(hidden.double(), [weight.double()], vocab=4)
-    with pytest.raises(InvalidInput, match=r"vocab must be in \[1, 4\]"):
-        classic_tokens(hidden, [weight], vocab=5)
+        classic_tokens(hidden.double(), [weight.double()], vocab=4, padding_size=4)
+    with pytest.raises(InvalidInput, match="weight shard 0 has 4 rows; a head of 5 base"):
+        classic_tokens(hidden, [weight], vocab=5, padding_size=4)
 
 
 def test_d2t_targets_and_float_id_limit():

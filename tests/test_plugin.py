@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import shlex
 
+from properties import test_equivalence as eq
 from properties.replay import main as replay_main
-from tests.suite import run_suite
+from tests.suite import failure, run_suite
 
 
 def test_readme_example_implementation_passes():
-    # every property on both backends: the pinned edge cases, and a few generated examples each
-    out = run_suite("--impl", "examples.float64_pairs:local_argmax", "--max-examples", "8", "properties")
+    # every property on both backends: the pinned edge cases, and a few generated examples each; the
+    # example numbers its rows from ``start``, so it takes heads whose tokens are base ids (--heads base)
+    args = ["--impl", "examples.float64_pairs:local_argmax", "--heads", "base", "--max-examples", "8"]
+    out = run_suite(*args, "properties", "-k", "not top_k")  # the top-k properties do not call it
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert " passed" in out.stdout and "failed" not in out.stdout
+
+
+def test_readme_example_fails_on_added_tokens_for_the_rule_it_breaks():
+    """Without --heads base, added ids are tokens, and the example masks them: the suite says so."""
+    message = failure(eq.test_token_exact, "examples.float64_pairs:local_argmax")
+    assert message.startswith("[chose a non-maximal logit]"), message
+    assert "added=" in message.split("case: ", 1)[1].splitlines()[0], message
 
 
 def section(stdout: str, test_id: str) -> str:

@@ -10,67 +10,67 @@ tests/test_plugin.py shows a shrunk failure through the real suite.
 from __future__ import annotations
 
 import inspect
-from contextlib import nullcontext
-from types import SimpleNamespace
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+import reference.oracle
 import tests.broken
 from properties import test_d2t as d2t
 from properties import test_divergence as divergence
 from properties import test_equivalence as eq
+from properties import test_head_layouts as layouts
 from properties import test_input_errors as errors
+from properties import test_top_k as top_k
 from properties import test_traffic as traffic
-from properties.diagnose import ImplementationHung
 from properties.profiles import running_with
 from properties.test_torch_semantics import check_argmax
+from reference.head import NOT_A_ROW, row_ids
 from sharded.impls import load_impl
-
-FIND_ONLY = settings(
-    settings.get_profile("ci"),
-    phases=(Phase.explicit, Phase.generate),
-    report_multiple_bugs=False,
-    suppress_health_check=list(HealthCheck),
-)
+from tests.suite import FIND_ONLY, failure
 
 # (property, broken implementation in tests/broken.py, words its failure must contain)
 CATCHES = [
-    (eq.test_token_exact, "no_padding_mask", "padding id returned"),
-    (eq.test_token_exact, "last_index_in_shard", "tie within a shard resolved to a later index"),
-    (eq.test_token_exact, "highest_rank_wins", "tie across ranks resolved to the higher rank"),
+    (eq.test_token_exact, "base_padding_unmasked", "[base padding returned: "),
+    (eq.test_token_exact, "added_padding_unmasked", "[added padding returned: "),
+    (eq.test_token_exact, "logits_vocab_ignored", "[id beyond the logits vocabulary returned: "),
+    (eq.test_token_exact, "added_ids_by_position", "[added id mapped to the wrong global id: "),
+    (eq.test_token_exact, "lowest_rank_wins", "[tie across ranks resolved by rank, not by id"),
+    (eq.test_token_exact, "nan_ignored", "[NaN not treated as the maximum"),
+    (eq.test_token_exact, "subnormals_flushed", "[chose a non-maximal logit]"),
+    (eq.test_token_exact, "logits_in_float64", "[chose a non-maximal logit]"),
+    (eq.test_token_exact, "last_index_in_shard", "[tie within a shard resolved to a later index"),
+    (eq.test_token_exact, "highest_rank_wins", "[tie across ranks resolved to the higher rank]"),
     (eq.test_token_exact, "ids_in_bf16", "id carried in bfloat16"),
     (eq.test_token_exact, "off_by_one_at_shard_start", "global id off by one"),
-    (eq.test_token_exact, "softcap_after_choosing", "soft cap applied after choosing"),
-    (eq.test_token_exact, "key_without_zero_canon", "signed zero"),
-    (eq.test_token_exact, "key_without_nan_canon", "NaN not treated as the maximum"),
-    (eq.test_token_exact, "d2t_skipped", "d2t mapping skipped"),
+    (eq.test_token_exact, "softcap_after_choosing", "[soft cap applied after choosing"),
+    (eq.test_token_exact, "key_without_zero_canon", "[signed zero:"),
+    (eq.test_token_exact, "key_without_nan_canon", "[NaN not treated as the maximum"),
+    (eq.test_token_exact, "d2t_skipped", "[d2t mapping skipped"),
     (eq.test_token_exact, "last_rank_skips_the_exchange", "rank(s) [0] waited in all_gather"),
     (eq.test_token_exact, "rank_one_raises", "raised on valid input: RuntimeError: rank 1 lost its shard"),
     (errors.test_rejects_bad_input, "scale_sign_ignored", "bad input accepted"),
-    (eq.test_output_contract, "no_padding_mask", "padding id returned"),
+    (eq.test_output_contract, "base_padding_unmasked", "[base padding returned: "),
+    (eq.test_output_contract, "logits_vocab_ignored", "[id beyond the logits vocabulary returned: "),
     (eq.test_tp_invariance, "highest_rank_wins", "TP invariance: tokens differ between"),
     (eq.test_row_independence, "batched_path_differs", "row independence: a row's token changed"),
     (eq.test_determinism, "alternating_tie_break", "nondeterminism: two runs on identical input differ"),
     (divergence.test_all_neg_inf_row_with_offset_d2t, "highest_rank_wins", "the local path returns d2t[0]"),
     (errors.test_ids_beyond_float32_are_exact_or_rejected, "ids_in_bf16", "came back as 16777216"),
     (d2t.test_the_flag_fires_exactly_on_non_monotone_tables, "d2t_skipped", "table, tie at"),
+    (top_k.test_top_k_exact, "topk_merge_by_rank", "[top-k tie order: equal logits must come in ascending id]"),
+    (top_k.test_top_k_exact, "topk_padding_fills_short_rank", "[base padding returned: "),
+    (top_k.test_top_k_exact, "topk_scale_applied_twice", "[top-k values not bit-exact: "),
+    (top_k.test_top_k_contract, "topk_padding_fills_short_rank", "[base padding returned: "),
+    (top_k.test_top_k_contract, "topk_ids_int32", "[top-k output contract: rank 0 returned torch.int32"),
+    (top_k.test_top1_is_the_argmax_token, "topk_merge_by_rank", "[top-1 differs from the argmax implementation"),
+    (top_k.test_top_k_determinism, "topk_alternating", "[top-k nondeterminism: two runs on identical input differ]"),
+    (top_k.test_top_k_rejects_k_above_the_logits_vocabulary, "topk_k_clamped", "k=7 above the logits vocabulary"),
 ]
 PROCESS_ONLY = {"rank_one_sleeps", "rank_one_dies"}  # they hang or kill a process: tests/test_pool.py
-
-
-def failure(prop, impl_name: str) -> str:
-    """Run ``prop`` as the suite would, on the simulated group; the message it failed with, or ''."""
-    given = {"impl": load_impl(f"tests.broken:{impl_name}"), "backend": "sim"}
-    given["request"] = SimpleNamespace(node=SimpleNamespace(user_properties=[]))  # the d2t findings' sink
-    try:
-        with running_with(prop, FIND_ONLY) if hasattr(prop, "hypothesis") else nullcontext():
-            prop(**{name: given[name] for name in inspect.signature(prop).parameters})
-    except (AssertionError, ImplementationHung) as exc:
-        return str(exc)
-    return ""
+TRAFFIC_ONLY = {"topk_two_gathers"}  # right answers, wrong traffic: test_top_k_traffic_property_fails_on_two_gathers
 
 
 @pytest.mark.parametrize("prop, name, words", CATCHES, ids=[f"{prop.__name__}-{name}" for prop, name, _ in CATCHES])
@@ -86,7 +86,7 @@ def test_every_broken_implementation_is_caught():
         for name, fn in vars(tests.broken).items()
         if inspect.isfunction(fn) and fn.__module__ == "tests.broken" and not name.startswith("_")
     }
-    assert broken - PROCESS_ONLY == {name for _, name, _ in CATCHES}
+    assert broken - PROCESS_ONLY - TRAFFIC_ONLY == {name for _, name, _ in CATCHES}
 
 
 def test_traffic_property_fails_on_a_path_that_moves_more_bytes(monkeypatch):
@@ -97,6 +97,27 @@ def test_traffic_property_fails_on_a_path_that_moves_more_bytes(monkeypatch):
         pytest.raises(AssertionError, match=r"vllm_pairs on sim rank 0 moved \{'all_gather': \d+\}, expected"),
     ):
         traffic.test_bytes_per_step(name="vllm_pairs", backend="sim")
+
+
+def test_top_k_traffic_property_fails_on_two_gathers(monkeypatch):
+    monkeypatch.setattr(traffic, "load_impl", lambda name: load_impl("tests.broken:topk_two_gathers"))
+    with (
+        running_with(traffic.test_top_k_bytes_per_step, FIND_ONLY),
+        pytest.raises(AssertionError, match=r"topk_pairs on sim rank 0 moved \{'all_gather': \d+\}, expected"),
+    ):
+        traffic.test_top_k_bytes_per_step(name="topk_pairs", backend="sim")
+
+
+def test_oracle_layout_property_fails_on_an_oracle_that_concatenates_shards(monkeypatch):
+    """The classic path of an engine that truncates the rank-order concatenation: wrong once added ids exist."""
+
+    def concatenated(org, added, padding_size, tp, logits_vocab):
+        ids = row_ids(org, added, padding_size, tp).flatten()
+        return (ids != NOT_A_ROW).nonzero().flatten()[:logits_vocab]
+
+    monkeypatch.setattr(reference.oracle, "token_columns", concatenated)
+    message = failure(layouts.test_oracle_logits_are_the_full_head_by_global_id, "vllm_pairs")
+    assert "the oracle misplaced a row of Case(" in message, message
 
 
 def last_index_argmax(t):

@@ -29,8 +29,11 @@ def replay(args: argparse.Namespace) -> int:
             f"{path}: {record['property']}\n  implementation {impl} on {inputs.backend}, tp={inputs.tp}; "
             f"recorded rule: {record['rule']}\n  case: {record['case']}"
         )
-        for line in explain_tokens(impl, inputs):
-            print(f"  {line}")
+        if "k" in record.get("extra", {}):  # a top-k find: the check below names the slot and both ids
+            print(f"  k={record['extra']['k']}")
+        else:
+            for line in explain_tokens(impl, inputs):
+                print(f"  {line}")
         try:
             repro.check(record, impl, inputs)
         except (PropertyFailure, ImplementationHung) as exc:

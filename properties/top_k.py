@@ -1,0 +1,150 @@
+"""The top-k property bodies: ids in order and values bit for bit against the classic top-k.
+
+Like :mod:`properties.checks`, independent of Hypothesis, so meta-tests and repro files reuse them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from properties.cases import Inputs
+from properties.checks import run_checked, run_valid
+from properties.diagnose import (
+    argmax_equal,
+    draft_targets,
+    fail,
+    is_named_divergence,
+    non_token_rule,
+    repro_extra,
+    value_bits,
+)
+from properties.runner import oracle_draft_logits, oracle_top_k
+from sharded.impls import Impl
+
+TOP_K_EXACT = "top-k exactness: the classic top-k's ids, in order, and their logits bit for bit"
+TOP_K_CONTRACT = "top-k output contract: int64 ids [B, k] and values [B, k] in the head's dtype or float32, tokens only"
+TOP_K_TOP1 = "top-1 of the top-k is the argmax implementation's token"
+TOP_K_DETERMINISM = "top-k determinism: the same input gives the same ids and values"
+VALUE_DTYPES = (torch.float32,)  # besides the head's own dtype: float32 holds bf16 and fp16 exactly
+
+
+def run_top_k(impl: Impl, inputs: Inputs, k: int, prop: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run a top-k implementation on every rank; enforce types, shapes and agreement across ranks."""
+    results = run_valid(impl, inputs, prop, lambda kw: {**kw, "k": k})
+    want = (inputs.case.batch, k)
+    for rank, out in enumerate(results):
+        ids, values = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
+        ok_ids = isinstance(ids, torch.Tensor) and ids.dtype == torch.int64 and tuple(ids.shape) == want
+        ok_values = (
+            isinstance(values, torch.Tensor)
+            and values.dtype in (inputs.weight.dtype, *VALUE_DTYPES)
+            and tuple(values.shape) == want
+        )
+        if not (ok_ids and ok_values):
+            got = " and ".join(
+                f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+                for t in (ids, values)
+            )
+            fail(
+                f"top-k output contract: rank {rank} returned {got}, expected (int64 {want}, {want} values)",
+                [],
+                impl,
+                inputs,
+                prop,
+                k=k,
+            )
+        if not (torch.equal(ids, results[0][0]) and _bitwise(values, results[0][1])):
+            fail("ranks disagree on the top-k", [f"rank 0 and rank {rank} differ"], impl, inputs, prop, k=k)
+    return results[0]
+
+
+def _bitwise(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal bit for bit, compared in float32 (which holds every bf16 and fp16 value exactly, NaNs included)."""
+    return a.shape == b.shape and torch.equal(a.float().view(torch.int32), b.float().view(torch.int32))
+
+
+def _slot_rule(inputs: Inputs, logits: torch.Tensor, want: list[int], got: list[int], slot: int) -> str:
+    """Why slot ``slot`` of a row holds ``got[slot]`` instead of ``want[slot]``, named from the logits."""
+    rule = non_token_rule(inputs, got[slot])
+    if rule is not None:
+        return rule
+    draft = {int(t): d for d, t in enumerate(draft_targets(inputs).tolist())}
+    expected, chosen = logits[draft[want[slot]]], logits[draft[got[slot]]]
+    if argmax_equal(expected, chosen):
+        return "top-k tie order: equal logits must come in ascending id"
+    if bool(torch.isnan(expected)) and not bool(torch.isnan(chosen)):
+        return "top-k order: NaN counts as the largest logit"
+    if got[slot] in want and want.index(got[slot]) > slot:
+        return "top-k order: a smaller logit placed before a larger one"
+    return "top-k chose a non-maximal logit"
+
+
+def check_top_k_exact(impl: Impl, inputs: Inputs, k: int) -> None:
+    with repro_extra(k=k):
+        ids, values = run_top_k(impl, inputs, k, TOP_K_EXACT)
+        want_ids, want_values = oracle_top_k(inputs, k)
+        logits = oracle_draft_logits(inputs)
+        for row in range(inputs.case.batch):
+            want, got = want_ids[row].tolist(), ids[row].tolist()
+            if want != got:
+                slot = next(s for s in range(k) if want[s] != got[s])
+                fail(
+                    _slot_rule(inputs, logits[row], want, got, slot),
+                    [f"row {row}: expected ids {want}", f"row {row}: got ids {got} (first difference at slot {slot})"],
+                    impl,
+                    inputs,
+                    TOP_K_EXACT,
+                    k=k,
+                )
+            if not _bitwise(values[row], want_values[row]):
+                slot = next(s for s in range(k) if not _bitwise(values[row, s : s + 1], want_values[row, s : s + 1]))
+                fail(
+                    f"top-k values not bit-exact: id {got[slot]}'s logit changed",
+                    [
+                        f"row {row} slot {slot}: expected {value_bits(want_values[row, slot])}",
+                        f"row {row} slot {slot}: got {value_bits(values[row, slot])}",
+                    ],
+                    impl,
+                    inputs,
+                    TOP_K_EXACT,
+                    k=k,
+                )
+
+
+def check_top_k_contract(impl: Impl, inputs: Inputs, k: int) -> None:
+    with repro_extra(k=k):
+        ids, _ = run_top_k(impl, inputs, k, TOP_K_CONTRACT)
+        for row, slots in enumerate(ids.tolist()):
+            for slot, token in enumerate(slots):
+                rule = non_token_rule(inputs, token)
+                if rule is not None:
+                    fail(rule, [f"row {row} slot {slot}"], impl, inputs, TOP_K_CONTRACT, k=k)
+            if len(set(slots)) != k:
+                fail("top-k returned an id twice", [f"row {row}: {slots}"], impl, inputs, TOP_K_CONTRACT, k=k)
+
+
+def check_top1_is_argmax(topk_impl: Impl, argmax_impl: Impl, inputs: Inputs, k: int) -> None:
+    """Slot 0 of the top k is the argmax implementation's token (rows of the named divergence aside)."""
+    with repro_extra(k=k, argmax_impl=str(argmax_impl)):
+        ids, _ = run_top_k(topk_impl, inputs, k, TOP_K_TOP1)
+        tokens = run_checked(argmax_impl, inputs, TOP_K_TOP1)
+        logits = oracle_draft_logits(inputs)
+        for row in (ids[:, 0] != tokens).nonzero().flatten().tolist():
+            if is_named_divergence(inputs, logits[row]) and int(tokens[row]) == 0:
+                continue  # the argmax implementation took the classic path's side of the divergence
+            fail(
+                f"top-1 differs from the argmax implementation {argmax_impl}",
+                [f"row {row}: top-k slot 0 is {int(ids[row, 0])}, argmax is {int(tokens[row])}"],
+                topk_impl,
+                inputs,
+                TOP_K_TOP1,
+                k=k,
+            )
+
+
+def check_top_k_determinism(impl: Impl, inputs: Inputs, k: int) -> None:
+    with repro_extra(k=k):
+        first = run_top_k(impl, inputs, k, TOP_K_DETERMINISM)
+        second = run_top_k(impl, inputs, k, TOP_K_DETERMINISM)
+        if not (torch.equal(first[0], second[0]) and _bitwise(first[1], second[1])):
+            fail("top-k nondeterminism: two runs on identical input differ", [], impl, inputs, TOP_K_DETERMINISM, k=k)
