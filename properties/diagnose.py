@@ -134,13 +134,20 @@ def non_token_rule(inputs: Inputs, got: int) -> str | None:
     rows = lay0.org_vocab + lay0.added_vocab
     if vocab <= got < rows:
         return f"id beyond the logits vocabulary returned: {got} is a head id, but only ids below {vocab} are tokens"
-    base = lay0.added_row * lay0.tp
-    if lay0.org_vocab <= got < base:
-        return f"base padding returned: {got} is a base padding row of rank {got // lay0.added_row}"
     added_rows = lay0.size - lay0.added_row
+    base = (
+        f"a base padding row of rank {got // lay0.added_row}"
+        if lay0.org_vocab <= got < lay0.added_row * lay0.tp
+        else ""
+    )
+    added = ""
     if rows <= got < lay0.org_vocab + added_rows * lay0.tp:
-        return f"added padding returned: {got} is an added padding row of rank {(got - lay0.org_vocab) // added_rows}"
-    return f"returned id out of range [0, {vocab})"
+        added = f"an added padding row of rank {(got - lay0.org_vocab) // added_rows}"
+    if base and added:  # the id alone cannot tell which block's position it counts
+        return f"padding returned: {got} is {base} or {added}, by position"
+    if base or added:
+        return f"{'base' if base else 'added'} padding returned: {got} is {base or added}"
+    return f"returned id out of range: {got} is no row of the head"
 
 
 def _misplaced_added(inputs: Inputs, logits: torch.Tensor, first: int, got: int) -> int | None:

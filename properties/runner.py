@@ -51,12 +51,12 @@ def prepare(case: Case, backend: str = "sim") -> Inputs:
 
 
 def rank_kwargs(inputs: Inputs, rank: int) -> dict[str, Any]:
-    """The contract's keyword arguments for one rank, copied so that ranks share no memory."""
-    bias = inputs.bias_shard(rank)
+    """The contract's keyword arguments for one rank, copied so that ranks share no memory (shards are
+    assembled afresh for each call)."""
     return {
         "hidden": inputs.hidden.clone(),
-        "weight": inputs.weight_shard(rank).clone(),
-        "bias": None if bias is None else bias.clone(),
+        "weight": inputs.weight_shard(rank),
+        "bias": inputs.bias_shard(rank),
         "layout": inputs.layouts[rank],
         "scale": inputs.case.scale,
         "soft_cap": inputs.case.soft_cap,

@@ -70,7 +70,7 @@ CATCHES = [
     (top_k.test_top_k_rejects_k_above_the_logits_vocabulary, "topk_k_clamped", "k=7 above the logits vocabulary"),
 ]
 PROCESS_ONLY = {"rank_one_sleeps", "rank_one_dies"}  # they hang or kill a process: tests/test_pool.py
-TRAFFIC_ONLY = {"topk_two_gathers"}  # right answers, wrong traffic: test_top_k_traffic_property_fails_on_two_gathers
+TRAFFIC_ONLY = {"topk_two_gathers"}  # right answers, wrong traffic: test_traffic_property_fails_on_...
 
 
 @pytest.mark.parametrize("prop, name, words", CATCHES, ids=[f"{prop.__name__}-{name}" for prop, name, _ in CATCHES])
@@ -89,23 +89,22 @@ def test_every_broken_implementation_is_caught():
     assert broken - PROCESS_ONLY - TRAFFIC_ONLY == {name for _, name, _ in CATCHES}
 
 
-def test_traffic_property_fails_on_a_path_that_moves_more_bytes(monkeypatch):
-    """README's float64 example is correct, but it gathers 8-byte pairs where vllm_pairs' formula says 4."""
-    monkeypatch.setattr(traffic, "load_impl", lambda name: load_impl("examples.float64_pairs:local_argmax"))
+@pytest.mark.parametrize(
+    "prop, name, spec",
+    [
+        # README's float64 example is correct, but it gathers 8-byte pairs where vllm_pairs' formula says 4
+        (traffic.test_bytes_per_step, "vllm_pairs", "examples.float64_pairs:local_argmax"),
+        # right answers, but values and ids in two all-gathers
+        (traffic.test_top_k_bytes_per_step, "topk_pairs", "tests.broken:topk_two_gathers"),
+    ],
+)
+def test_traffic_property_fails_on_a_path_that_moves_other_bytes(monkeypatch, prop, name, spec):
+    monkeypatch.setattr(traffic, "load_impl", lambda _: load_impl(spec))
     with (
-        running_with(traffic.test_bytes_per_step, FIND_ONLY),
-        pytest.raises(AssertionError, match=r"vllm_pairs on sim rank 0 moved \{'all_gather': \d+\}, expected"),
+        running_with(prop, FIND_ONLY),
+        pytest.raises(AssertionError, match=rf"{name} on sim rank 0 moved \{{'all_gather': \d+\}}, expected"),
     ):
-        traffic.test_bytes_per_step(name="vllm_pairs", backend="sim")
-
-
-def test_top_k_traffic_property_fails_on_two_gathers(monkeypatch):
-    monkeypatch.setattr(traffic, "load_impl", lambda name: load_impl("tests.broken:topk_two_gathers"))
-    with (
-        running_with(traffic.test_top_k_bytes_per_step, FIND_ONLY),
-        pytest.raises(AssertionError, match=r"topk_pairs on sim rank 0 moved \{'all_gather': \d+\}, expected"),
-    ):
-        traffic.test_top_k_bytes_per_step(name="topk_pairs", backend="sim")
+        prop(name=name, backend="sim")
 
 
 def test_oracle_layout_property_fails_on_an_oracle_that_concatenates_shards(monkeypatch):

@@ -33,7 +33,8 @@ def torchrun(*args: str) -> subprocess.CompletedProcess:
 def test_the_suite_runs_on_torchrun_ranks():
     """One job: the built-in local paths pass, and a broken implementation fails for its rule on the job's group."""
     impls = "packed_key,vllm_pairs,tests.broken:highest_rank_wins"
-    out = torchrun("--impl", impls, "properties", "-k", "not tp_invariance and (not highest_rank_wins or token_exact)")
+    files = ["properties/test_equivalence.py", "properties/test_top_k.py"]  # argmax and top-k over the job's group
+    out = torchrun("--impl", impls, *files, "-k", "not tp_invariance and (not highest_rank_wins or token_exact)")
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     # pytest may append the message to each summary line (always under CI): compare the test ids
     failed = [line.split(" - ")[0] for line in out.stdout.splitlines() if line.startswith("FAILED ")]
