@@ -18,7 +18,11 @@ from pathlib import Path
 from tpargmax.stats import StatisticsReader, TestStats
 
 ROOT = Path(__file__).resolve().parent.parent
-CORE = ("properties/test_equivalence.py", "properties/test_input_errors.py::test_rejects_bad_input")
+CORE = (
+    "properties/test_equivalence.py",
+    "properties/test_input_errors.py::test_rejects_bad_input",
+    "properties/test_top_k.py",
+)
 
 
 def throughput(args: argparse.Namespace) -> int:
@@ -41,15 +45,15 @@ def throughput(args: argparse.Namespace) -> int:
         print(proc.stdout[-3000:] + proc.stderr[-2000:], file=sys.stderr)
         print(f"tpargmax throughput: pytest exited with status {proc.returncode}", file=sys.stderr)
         return 1
-    print(f"\n{'property':<26}{'backend':<9}{'examples':>9}{'seconds':>9}{'per s':>8}  typical runtime per example")
+    print(f"\n{'property':<32}{'backend':<9}{'examples':>9}{'seconds':>9}{'per s':>8}  typical runtime per example")
     per_backend: dict[str, TestStats] = defaultdict(TestStats)
     for test, s in stats.tests.items():
         name, _, params = test.split("::")[1].partition("[")
         backend = params.rstrip("]").rsplit("-", 1)[-1]
-        print(f"{name:<26}{backend:<9}{s.examples:>9}{s.seconds:>9.2f}{s.examples / s.seconds:>8.0f}  {s.runtime}")
+        print(f"{name:<32}{backend:<9}{s.examples:>9}{s.seconds:>9.2f}{s.examples / s.seconds:>8.0f}  {s.runtime}")
         per_backend[backend].examples += s.examples
         per_backend[backend].seconds += s.seconds
     for backend, s in per_backend.items():
         rate = s.examples / s.seconds
-        print(f"{'all core properties':<26}{backend:<9}{s.examples:>9}{s.seconds:>9.2f}{rate:>8.0f}")
+        print(f"{'all core properties':<32}{backend:<9}{s.examples:>9}{s.seconds:>9.2f}{rate:>8.0f}")
     return 0
