@@ -114,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--log", default=".hypothesis/fuzz-log.jsonl", help="seeds and counts per round")
     fuzz.set_defaults(run=lambda args: _lazy("tpargmax.fuzz", "fuzz")(args))
 
+    vllm = commands.add_parser("install-vllm", help="install vLLM 0.32.0 (CPU) into this venv, for the vLLM tests")
+    vllm.add_argument("--dry-run", action="store_true", help="print the commands without running them")
+    vllm.set_defaults(run=lambda args: _lazy("tpargmax.install_vllm", "install_vllm")(args))
+
     speed = commands.add_parser("throughput", help="examples per second of the core properties, per backend")
     speed.add_argument("--impl", default="vllm_pairs", help="implementation to run them on (default %(default)s)")
     speed.add_argument("--backend", default="sim,gloo", help="comma-separated backends (default %(default)s)")
