@@ -119,12 +119,19 @@ def precision_explanations(inputs: Inputs, row: int, logits: torch.Tensor) -> di
     return {slip: int(torch.argmax(values)) for slip, values in slips.items()}
 
 
+def is_token(inputs: Inputs, ids: torch.Tensor) -> torch.Tensor:
+    """Which of ``ids`` are tokens: below the logits vocabulary, or with d2t, some draft id's target."""
+    if inputs.d2t is None:
+        return (ids >= 0) & (ids < inputs.vocab)
+    return torch.isin(ids, draft_targets(inputs))
+
+
 def non_token_rule(inputs: Inputs, got: int) -> str | None:
     """The rule a returned id breaks by what it is in the head (never a token), or None if it is a token.
 
     Padding rows have no global id; an id names one by its position in its block (``start + row``).
     """
-    if got in (range(inputs.vocab) if inputs.d2t is None else set(draft_targets(inputs).tolist())):
+    if bool(is_token(inputs, torch.tensor(got))):
         return None
     lay0, vocab = inputs.layouts[0], inputs.vocab
     if inputs.d2t is not None:
