@@ -37,9 +37,9 @@ def checked_shard_logits(
 
 def token_logits(logits: torch.Tensor, layout: ShardLayout) -> tuple[torch.Tensor, torch.Tensor]:
     """``[B, n]`` logits of this rank's token rows (base, then added) and their ascending global ids ``[n]``."""
-    if not layout.num_added:
-        return logits[:, : layout.num_real], torch.arange(layout.num_real) + layout.start
-    return logits[:, layout.token_rows()], layout.token_ids()
+    # a view while the tokens are one block
+    values = logits[:, : layout.num_real] if not layout.num_added else logits[:, layout.token_rows()]
+    return values, layout.token_ids()
 
 
 def local_best(logits: torch.Tensor, layout: ShardLayout) -> tuple[torch.Tensor, torch.Tensor]:
