@@ -28,6 +28,11 @@ def _map_any(ids, d2t, layout):
     return torch.where(ids < layout.vocab, targets[ids.clamp(max=layout.vocab - 1)], ids)
 
 
+def _by_position(layout, rows):
+    """The id a rank that numbers each block's rows from its first id gives ``rows``: padding rows included."""
+    return torch.where(rows < layout.added_row, rows + layout.start, rows - layout.added_row + layout.added_start)
+
+
 def _unmasked(rows: str):
     """The local path with some rows that are not tokens competing, numbered by position in their block."""
 
@@ -44,8 +49,7 @@ def _unmasked(rows: str):
             ),
         }[rows]
         cols = torch.cat([layout.token_rows(), extra]).sort().values
-        base = cols < layout.added_row
-        ids = torch.where(base, cols + layout.start, cols - layout.added_row + layout.added_start)
+        ids = _by_position(layout, cols)
         if not cols.numel():
             return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
         values, index = logits[:, cols].max(dim=-1)
@@ -234,10 +238,7 @@ def topk_padding_fills_short_rank(hidden, weight, bias, layout, *, k, scale=1.0,
     rows, ids = layout.token_rows(), layout.token_ids()
     if rows.numel() < k:
         spare = torch.tensor([r for r in range(layout.size) if r not in set(rows.tolist())][: k - rows.numel()])
-        position = torch.where(
-            spare < layout.added_row, spare + layout.start, spare - layout.added_row + layout.added_start
-        )
-        rows, ids = torch.cat([rows, spare]), torch.cat([ids, position])
+        rows, ids = torch.cat([rows, spare]), torch.cat([ids, _by_position(layout, spare)])
     values, top = merge_pairs(*local_top_k(logits[:, rows], ids, k), k, group)
     return _map_any(top, d2t, layout) if d2t is not None else top, values
 
