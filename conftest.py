@@ -17,7 +17,7 @@ import torch
 from hypothesis import settings
 from hypothesis._settings import is_in_ci
 
-from properties import runner
+from properties import results, runner
 from properties.profiles import backend_budget  # importing it registers dev, ci and nightly
 from sharded.impls import IMPL_ENV, TOPK_IMPL_ENV, load_impl
 from sharded.local_argmax import BUILTINS, DEFAULT_IMPLS
@@ -71,6 +71,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "are replayed from as regression tests (default %(default)s; env TPARGMAX_REPRO_DIR)",
     )
     group.addoption(
+        "--results-json",
+        default=None,
+        help="write every test's outcome (rule, case, replay, repro file of each failure) to this JSON file",
+    )
+    group.addoption(
+        "--only-subjects",
+        action="store_true",
+        help="run only the tests that call an implementation under test (--impl, --topk-impl)",
+    )
+    group.addoption(
         "--fuzz-seed",
         type=int,
         default=None,
@@ -93,6 +103,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     runner.collective_timeout = config.getoption("collective_timeout")
+    if config.getoption("results_json"):
+        config.stash[results.RESULTS] = []
     if config.getoption("hypothesis_profile", None) is None and not is_in_ci():
         settings.load_profile("dev")
     profile = config.getoption("hypothesis_profile", None) or settings.get_current_profile_name()
@@ -110,6 +122,10 @@ def pytest_configure(config: pytest.Config) -> None:
     runner.heads = config.getoption("heads")
     config.tpargmax_impls = _impls(config.getoption("impl"), DEFAULT_IMPLS)
     config.tpargmax_topk_impls = _impls(config.getoption("topk_impl"), DEFAULT_TOPK_IMPLS)
+    try:
+        runner.pin_heads([*config.tpargmax_impls, *config.tpargmax_topk_impls])
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _impls(option: str | None, default: tuple[str, ...]) -> list:
@@ -132,6 +148,8 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     close_all_pools()  # no rank process outlives the run
+    if session.config.getoption("results_json"):
+        results.save(session.config, session.config.getoption("results_json"))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -169,6 +187,23 @@ def read_xfails(path: str) -> list[tuple[str, str]]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("only_subjects"):
+        keep = [i for i in items if {"impl", "topk_impl"} & set(getattr(i, "fixturenames", ()))]
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
+    for item in items:
+        params = getattr(item, "callspec", None) and item.callspec.params or {}
+        impls = [params[name] for name in ("impl", "topk_impl") if name in params]
+        if params.get("backend") == "sim" and any(impl.process_bound for impl in impls):
+            item.add_marker(pytest.mark.skip(reason="needs a process per rank (an engine): runs on gloo and torchrun"))
+        elif item.get_closest_marker("own_head") and any(impl.head for impl in impls):
+            item.add_marker(
+                pytest.mark.skip(
+                    reason="the implementation fixes its head (a model class): this property sizes or changes it"
+                )
+            )
+        elif item.get_closest_marker("local_path") and any(impl.classic for impl in impls):
+            item.add_marker(pytest.mark.skip(reason="a classic path scatters through d2t before its argmax"))
     fuzz_seed = config.getoption("fuzz_seed")
     if fuzz_seed is not None:
         # Seed the generator Hypothesis draws each test's seed from. @seed and --hypothesis-seed would
@@ -213,7 +248,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """Write every property failure as a standalone repro file, and say where in the report."""
     report = yield
     replaying = item.originalname == "test_repro_file_replays_clean"  # its case has a file already
-    if report.when == "call" and report.failed and call.excinfo is not None and not replaying:
+    failures = []
+    if report.failed and call.excinfo is not None:
         from properties import repro
 
         errors = (
@@ -222,9 +258,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             else [call.excinfo.value]
         )
         for exc in errors:
-            if hasattr(exc, "repro"):
+            path = None
+            if hasattr(exc, "repro") and report.when == "call" and not replaying:
                 notes = "\n".join(getattr(exc, "__notes__", []))
                 blob = next((line.strip() for line in notes.splitlines() if "@reproduce_failure" in line), None)
                 path = repro.write(item.config.getoption("repro_dir"), exc.repro, blob, item.originalname)
                 report.sections.append(("tpargmax repro file", f"{path}\nreplay: tpargmax repro {path}"))
+            failures.append(results.failure(exc, None if path is None else str(path)))
+    results.record(item, report, failures)
     return report

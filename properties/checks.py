@@ -233,7 +233,8 @@ def _check_rejects(impl: Impl, inputs: Inputs, bad: str) -> None:
             )
         return
     except Exception as exc:
-        fail(f"bad input ({bad}) raised {type(exc).__name__} instead of ValueError", [str(exc)], impl, inputs, REJECTS)
+        name = getattr(exc, "remote_type", type(exc).__name__)
+        fail(f"bad input ({bad}) raised {name} instead of ValueError", [str(exc)], impl, inputs, REJECTS)
     fail(
         f"bad input accepted: {bad}",
         [f"rank 0 returned {results[0]!r} instead of raising ValueError"],

@@ -94,15 +94,18 @@ def tie_pairs(d2t: torch.Tensor) -> st.SearchStrategy[tuple[int, int]]:
     return st.integers(0, starts.numel() - 1).flatmap(lambda k: later(int(starts[k])))
 
 
-def find_counterexample(impl: Impl, d2t: torch.Tensor, target_vocab: int, budget: settings) -> Finding | None:
-    """Search tie pairs with Hypothesis and shrink to a minimal one; None if no pair breaks equality."""
+def find_counterexample(impl: Impl, d2t: torch.Tensor, target_vocab: int, budget: settings, **where) -> Finding | None:
+    """Search tie pairs with Hypothesis and shrink to a minimal one; None if no pair breaks equality.
+    ``where``: ``backend`` and ``tp``, as :func:`tie_inputs` takes them."""
     if d2t.numel() < 2:
         return None
     try:
-        i, j = find(tie_pairs(d2t), lambda p: check_tie(impl, d2t, target_vocab, *p) is not None, settings=budget)
+        i, j = find(
+            tie_pairs(d2t), lambda p: check_tie(impl, d2t, target_vocab, *p, **where) is not None, settings=budget
+        )
     except NoSuchExample:
         return None
-    return check_tie(impl, d2t, target_vocab, i, j)
+    return check_tie(impl, d2t, target_vocab, i, j, **where)
 
 
 @st.composite

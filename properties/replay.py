@@ -45,13 +45,17 @@ def main(argv: list[str] | None = None) -> int:
         "--impl", default=None, help=f"built-in name or MODULE:ATTR (default: ${IMPL_ENV} or vllm_pairs)"
     )
     parser.add_argument("--k", type=int, default=None, help="replay a top-k implementation's top k instead")
-    parser.add_argument("--backend", choices=("sim", "gloo"), default="sim", help="where the ranks run")
+    parser.add_argument(
+        "--backend", choices=("sim", "gloo"), help="where the ranks run (default: sim, or gloo for an engine)"
+    )
     parser.add_argument("--collective-timeout", type=float, default=runner.collective_timeout, help="seconds")
     args = parser.parse_args(argv)
     runner.collective_timeout = args.collective_timeout
     impl = load_impl(args.impl or os.environ.get(IMPL_ENV) or "vllm_pairs")
-    inputs = runner.prepare(parse_case(args.case), args.backend)
-    print(f"implementation: {impl} on {args.backend}, tp={inputs.tp}\ncase: {inputs.case!r}")
+    runner.pin_heads([impl])  # a model class's fixed head, as the suite ran it
+    backend = args.backend or ("gloo" if impl.process_bound else "sim")
+    inputs = runner.prepare(parse_case(args.case), backend)
+    print(f"implementation: {impl} on {backend}, tp={inputs.tp}\ncase: {inputs.case!r}")
     if args.k is None:
         for line in explain_tokens(impl, inputs):
             print(line)

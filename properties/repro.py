@@ -66,7 +66,8 @@ def write(directory: str | Path, repro: dict[str, Any], blob: str | None = None,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "hypothesis_blob": blob,
     }
-    digest = hashlib.sha1(json.dumps([record["case"], record["impl"], record["property"]]).encode()).hexdigest()[:10]
+    key = [record["case"], record["impl"], record["property"], *([record["extra"]] if record["extra"] else [])]
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
     slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in f"{test}-{repro['impl']}")
     path = Path(directory) / f"{slug}-{inputs.backend}-{digest}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ collective_timeout = DEFAULT_TIMEOUT
 gloo_tps: tuple[int, ...] = (2, 4)
 HEADS = ("all", "base")  # base: only base ids are tokens (added rows, if any, lie beyond the logits vocabulary)
 heads = "all"
+pinned: dict[str, object] = {}  # Case fields every case takes: the fixed head of the implementation(s) under test
 
 BACKENDS = ("sim", "gloo", "torchrun")
 _pools: dict[int, RankPool] = {}
@@ -41,9 +42,20 @@ def nearest_tp(tp: int, backend: str) -> int:
     return tp if backend == "sim" or tp in tps else min(tps, key=lambda t: (abs(t - tp), t))
 
 
+def pin_heads(impls: list[Impl]) -> None:
+    """Fix every case's head to the one the implementations under test were built for (model classes)."""
+    global pinned
+    fixed = {tuple(sorted(impl.head.items())): impl for impl in impls if impl.head}
+    if len(fixed) > 1:
+        raise ValueError(f"{' and '.join(map(str, fixed.values()))} fix different heads: test them in separate runs")
+    pinned = dict(next(iter(fixed))) if fixed else {}
+
+
 def prepare(case: Case, backend: str = "sim") -> Inputs:
-    """Build ``case`` for ``backend``, moving its tp to the nearest one the backend runs (and, under
-    ``--heads base``, its logits vocabulary down to the base ids)."""
+    """Build ``case`` for ``backend``, moving its tp to the nearest one the backend runs (under
+    ``--heads base``, its logits vocabulary down to the base ids; with a fixed head, to that head)."""
+    if pinned:
+        case = replace(case, **pinned)
     logits_vocab = case.logits_vocab or case.vocab + case.added
     if heads == "base" and logits_vocab > case.vocab:
         case = replace(case, logits_vocab=case.vocab)
@@ -81,11 +93,16 @@ def run_ranks(
     per_rank = [rank_kwargs(inputs, r) for r in range(inputs.tp)]
     if tweak is not None:
         per_rank = [tweak(kwargs) for kwargs in per_rank]
-    if inputs.backend == "gloo":
-        return gloo_pool(inputs.tp).run(impl.spec, per_rank)
-    if inputs.backend == "torchrun":
+    return run_per_rank(impl, inputs.backend, per_rank)
+
+
+def run_per_rank(impl: Impl, backend: str, per_rank: list[dict[str, Any]]) -> tuple[list[object], list[Traffic]]:
+    """Call ``impl`` with each rank's own keyword arguments on a group of ``len(per_rank)`` on ``backend``."""
+    if backend == "gloo":
+        return gloo_pool(len(per_rank)).run(impl.spec, per_rank)
+    if backend == "torchrun":
         return torchrun_job.run(impl.spec, per_rank)
-    results, groups = run_simulated(lambda g: impl.fn(**per_rank[g.rank], group=g), inputs.tp, collective_timeout)
+    results, groups = run_simulated(lambda g: impl.fn(**per_rank[g.rank], group=g), len(per_rank), collective_timeout)
     return results, [g.traffic for g in groups]
 
 

@@ -7,6 +7,7 @@ flagged result (shown in the run's summary), not raised as a crash.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -38,6 +39,8 @@ def record_finding(node, finding) -> None:
         node.user_properties.append((FINDING, str(finding)))
 
 
+@pytest.mark.own_head
+@pytest.mark.local_path
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # request is only read, never reset
 @given(data=st.data(), monotone=st.booleans())
 def test_the_flag_fires_exactly_on_non_monotone_tables(impl, backend, request, data, monotone):
@@ -55,7 +58,7 @@ def test_the_flag_fires_exactly_on_non_monotone_tables(impl, backend, request, d
         targets = torch.arange(d2t.numel()) + d2t
         assert (finding.local_token, finding.classic_token) == (int(targets[i]), int(targets[j]))
         si, sj, ti, tj = report.first_inversion  # static and dynamic agree on the first inverted pair too
-        static = check_tie(impl, d2t, target_vocab, si, sj)
+        static = check_tie(impl, d2t, target_vocab, si, sj, backend=backend, tp=backend_tps(backend)[0])
         assert static is not None and (static.local_token, static.classic_token) == (ti, tj)
 
 
@@ -65,12 +68,14 @@ def _single_inversion(vocab: int, i: int, j: int) -> tuple[torch.Tensor, int]:
     return targets - torch.arange(vocab), 2 * vocab
 
 
-def test_a_single_inversion_among_32000_ids_is_found_and_shrunk(impl, request):
+@pytest.mark.own_head
+@pytest.mark.local_path
+def test_a_single_inversion_among_32000_ids_is_found_and_shrunk(impl, backend, request):
     budget = settings(settings.get_profile("ci"), max_examples=settings.default.max_examples, database=None)
     for i, j in ((17_345, 17_346), (4_000, 29_000)):
         d2t, target_vocab = _single_inversion(32_000, i, j)
         report = analyse_d2t(d2t, target_vocab)
         assert report.first_inversion[:2] == (i, j), report.evidence()
-        finding = find_counterexample(impl, d2t, target_vocab, budget)
+        finding = find_counterexample(impl, d2t, target_vocab, budget, backend=backend, tp=backend_tps(backend)[0])
         assert finding is not None and (finding.i, finding.j) == (i, j), f"shrunk to {finding}, not to ({i}, {j})"
         record_finding(request.node, finding)

@@ -9,6 +9,7 @@ return either of the two.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -21,6 +22,7 @@ from sharded.local_argmax import BUILTINS
 PROP = "named divergence on all -inf rows"
 
 
+@pytest.mark.own_head
 @given(
     vocab=st.integers(1, 3000),
     tp=st.sampled_from((1, 2, 4, 8)),

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from properties.checks import BAD_INPUTS, check_rejects
-from properties.runner import prepare
+from properties.runner import backend_tps, prepare, run_per_rank
 from properties.strategies import cases
 from reference.checks import FLOAT_ID_LIMIT
 from sharded.layout import vocab_parallel_layout
-from sharded.simulated import run_simulated
 
 
+@pytest.mark.own_head  # the bad inputs change the head: scale, soft cap, bias, dtype, d2t
 @given(case=cases(), bad=st.sampled_from(sorted(BAD_INPUTS)))
 def test_rejects_bad_input(impl, backend, case, bad):
     inputs = prepare(case, backend)
@@ -21,29 +22,20 @@ def test_rejects_bad_input(impl, backend, case, bad):
     check_rejects(impl, inputs, bad)
 
 
-def test_ids_beyond_float32_are_exact_or_rejected(impl):
+@pytest.mark.own_head
+def test_ids_beyond_float32_are_exact_or_rejected(impl, backend):
     """At 2**24 ids or more, float32-carried ids round: return the exact id or refuse clearly."""
-    layouts = vocab_parallel_layout(FLOAT_ID_LIMIT + 3, 8)
+    layouts = vocab_parallel_layout(FLOAT_ID_LIMIT + 3, max(backend_tps(backend)))
     winner = FLOAT_ID_LIMIT + 1  # odd, so float32 cannot hold it
-
-    def rank_fn(group):
-        lay = layouts[group.rank]
+    per_rank = []
+    for lay in layouts:
         weight = torch.zeros(lay.size, 1)
         if lay.row_of(winner) is not None:
             weight[lay.row_of(winner), 0] = 1.0
-        return impl.fn(
-            hidden=torch.ones(1, 1),
-            weight=weight,
-            bias=None,
-            layout=lay,
-            scale=1.0,
-            soft_cap=None,
-            d2t=None,
-            group=group,
-        )
-
+        args = {"hidden": torch.ones(1, 1), "bias": None, "scale": 1.0, "soft_cap": None, "d2t": None}
+        per_rank.append({**args, "weight": weight, "layout": lay})
     try:
-        results, _ = run_simulated(rank_fn, len(layouts))
+        results, _ = run_per_rank(impl, backend, per_rank)
     except ValueError as exc:
         assert "2**24" in str(exc), f"{impl}: rejected with an unclear message: {exc}"
         return

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -42,9 +43,10 @@ def test_top_k_determinism(topk_impl, backend, case, k):
     check_top_k_determinism(topk_impl, inputs, min(k, inputs.vocab))
 
 
-def test_top_k_rejects_k_above_the_logits_vocabulary(topk_impl):
+@pytest.mark.own_head
+def test_top_k_rejects_k_above_the_logits_vocabulary(topk_impl, backend):
     """k > L has no answer: a ValueError naming k, never a short or padded top-k."""
-    inputs = prepare(Case(batch=2, hidden=4, vocab=5, tp=2, added=3, logits_vocab=6), "sim")
+    inputs = prepare(Case(batch=2, hidden=4, vocab=5, tp=2, added=3, logits_vocab=6), backend)
     try:
         results, _ = run_ranks(topk_impl, inputs, lambda kw: {**kw, "k": 7})
     except ValueError as exc:

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import torch
 
-_LOW = 0xFFFFFFFF
 _CANONICAL_NAN = 0x7FC00000
 
 
 def encode_keys(
-    values: torch.Tensor, ids: torch.Tensor, *, canonical_zero: bool = True, canonical_nan: bool = True
+    values: torch.Tensor,
+    ids: torch.Tensor,
+    *,
+    canonical_zero: bool = True,
+    canonical_nan: bool = True,
+    id_bits: int = 32,
 ) -> torch.Tensor:
-    """Pack float values and int ids (< 2**32) into int64 keys."""
+    """Pack float values and int ids (< 2**id_bits) into int64 keys."""
     v = values.to(torch.float32)
     if canonical_zero:
         v = torch.where(v == 0, torch.zeros_like(v), v)
@@ -25,8 +29,10 @@ def encode_keys(
     if canonical_nan:
         bits = torch.where(torch.isnan(v), torch.full_like(bits, _CANONICAL_NAN), bits)
     ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    return (ordered << 32) | (_LOW - ids.to(torch.int64))
+    low = (1 << id_bits) - 1
+    return (ordered << id_bits) | (low - ids.to(torch.int64))
 
 
-def decode_ids(keys: torch.Tensor) -> torch.Tensor:
-    return _LOW - (keys & _LOW)
+def decode_ids(keys: torch.Tensor, id_bits: int = 32) -> torch.Tensor:
+    low = (1 << id_bits) - 1
+    return low - (keys & low)

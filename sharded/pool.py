@@ -66,6 +66,8 @@ class RankPool:
         self.world_size = world_size
         self.backend = backend
         self.timeout = timeout
+        self.start_timeout = start_timeout
+        self._started: set[str] = set()  # implementations every rank has loaded and started
         self._dir = tempfile.mkdtemp(prefix="tpargmax-pool-")
         key = secrets.token_bytes(16)
         self._procs: list[multiprocessing.process.BaseProcess] = []
@@ -138,18 +140,28 @@ class RankPool:
         return replies, sorted(set(range(self.world_size)) - set(replies))
 
     def run(self, spec: str, per_rank_kwargs: list[dict[str, Any]]) -> tuple[list[Any], list[Traffic]]:
-        """Call implementation ``spec`` on every rank with its own kwargs; outputs and traffic in rank order."""
+        """Call implementation ``spec`` on every rank with its own kwargs; outputs and traffic in rank order.
+
+        The first task of an implementation is preceded by its start-up on every rank, under the start
+        timeout rather than the collective timeout (see :meth:`sharded.impls.Impl.start`).
+        """
         if not self.alive:
             raise RuntimeError("this pool is closed; start a new one")
         if len(per_rank_kwargs) != self.world_size:  # checked before sending anything, to keep the ranks in step
             raise ValueError(f"a task for {len(per_rank_kwargs)} ranks on a pool of {self.world_size}")
+        if spec not in self._started:
+            self._task(spec, [None] * self.world_size, self.start_timeout, f"start-up of {spec} on the ")
+            self._started.add(spec)
+        return self._task(spec, per_rank_kwargs, self.timeout, "")
+
+    def _task(self, spec: str, per_rank_kwargs: list, timeout: float, what: str) -> tuple[list[Any], list[Traffic]]:
         for conn, kwargs in zip(self._conns, per_rank_kwargs, strict=True):
             send(conn, (spec, kwargs))
-        replies, missing = self._collect(self.timeout)
-        absent = self._describe(missing, self.timeout)
+        replies, missing = self._collect(timeout)
+        absent = self._describe(missing, timeout)
         if not in_step(replies, self.world_size):
             self.close(wait=0.0)  # broken or out of step, so ranks may be stuck: the next use starts a fresh pool
-        return outcome(replies, self.world_size, f"{self.backend} group", absent)
+        return outcome(replies, self.world_size, f"{what}{self.backend} group", absent)
 
     def close(self, wait: float = 2.0) -> None:
         """Stop every rank process (politely for up to ``wait`` seconds, then by force); remove the rendezvous files."""

@@ -17,6 +17,8 @@ from sharded.simulated import RankTimeout
 class RemoteError(RuntimeError):
     """An exception raised on a rank; the message names the rank and carries its traceback."""
 
+    remote_type = "Exception"  # the name of the exception the rank raised
+
 
 class RemoteValueError(RemoteError, ValueError):
     """A ValueError raised on a rank (bad input), so callers can catch it as one."""
@@ -29,11 +31,18 @@ class TaskRunner:
         self.group = group
         self._impls: dict[str, Impl] = {}
 
-    def run(self, spec: str, kwargs: dict[str, Any]) -> tuple:
+    def run(self, spec: str, kwargs: dict[str, Any] | None) -> tuple:
+        """Run ``spec`` with ``kwargs``; ``kwargs=None`` loads and starts it (:meth:`Impl.start`) only."""
         group = self.group
         group.traffic, group.collective_failed = Traffic(), False
         try:
-            impl = self._impls.get(spec) or self._impls.setdefault(spec, load_impl(spec))
+            impl = self._impls.get(spec)
+            if impl is None:
+                impl = load_impl(spec)
+                impl.start(group)
+                self._impls[spec] = impl
+            if kwargs is None:
+                return ("ok", None, group.traffic)
             return ("ok", impl.fn(**kwargs, group=group), group.traffic)
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the driver
             # A failed collective is a consequence (a peer died, hung or raised), not the cause.
@@ -65,6 +74,7 @@ def outcome(replies: dict[int, tuple], world_size: int, label: str, absent: str)
         exc = (RemoteValueError if is_value_error else RemoteError)(
             f"rank {rank} of {world_size} raised {name}: {message}"
         )
+        exc.remote_type = name
         exc.add_note(f"traceback on rank {rank}:\n{tb}")
         raise exc
     if errors or len(replies) < world_size:

@@ -53,6 +53,7 @@ class TorchrunJob:
         self.control = dist.new_group(backend="gloo") if use_nccl else None
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.runner = TaskRunner(TorchGroup())
+        self._started: set[str] = set()
 
     def _broadcast(self, obj: Any = None) -> Any:
         """Rank 0's ``obj`` on every rank."""
@@ -76,7 +77,9 @@ class TorchrunJob:
         rows = out.view(self.world_size, longest)
         return [pickle.loads(_bytes(rows[r, : int(sizes[r])])) for r in range(self.world_size)]
 
-    def _execute(self, spec: str, kwargs: dict[str, Any]) -> tuple:
+    def _execute(self, spec: str, kwargs: dict[str, Any] | None) -> tuple:
+        if kwargs is None:  # load and start only
+            return self.runner.run(spec, None)
         reply = self.runner.run(spec, _to(kwargs, self.device))
         return ("ok", _to(reply[1], torch.device("cpu")), reply[2]) if reply[0] == "ok" else reply
 
@@ -84,6 +87,10 @@ class TorchrunJob:
         """On rank 0: run one task on every rank of the job."""
         if len(per_rank_kwargs) != self.world_size:  # checked here: a short task would crash a serving rank
             raise ValueError(f"a task for {len(per_rank_kwargs)} ranks on a torchrun job of {self.world_size}")
+        if spec not in self._started:  # start-up first (sharded.impls.Impl.start), as the pool does
+            self._broadcast((spec, [None] * self.world_size))
+            outcome(dict(enumerate(self._gather(self._execute(spec, None)))), self.world_size, "torchrun start-up", "")
+            self._started.add(spec)
         self._broadcast((spec, per_rank_kwargs))
         replies = self._gather(self._execute(spec, per_rank_kwargs[0]))
         return outcome(dict(enumerate(replies)), self.world_size, f"torchrun {self.backend} group", "")

@@ -276,3 +276,22 @@ def topk_k_clamped(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None,
     """Silently returns fewer ids when k exceeds the logits vocabulary."""
     k = min(k, layout.vocab)
     return topk_pairs(hidden, weight, bias, layout, k=k, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+
+
+def _top_k_log_probs(hidden, weight, bias, layout, *, k, scale, soft_cap, d2t, group, scaled: bool):
+    """The top k with log-probabilities as values: the log-partition over every rank's tokens, from the logits
+    after soft cap and scale (``scaled``) or before them."""
+    ids, values = topk_pairs(hidden, weight, bias, layout, k=k, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+    logits = checked_shard_logits(hidden, weight, bias, layout, scale if scaled else 1.0, soft_cap if scaled else None)
+    partition = torch.logsumexp(group.all_gather(torch.logsumexp(token_logits(logits, layout)[0].float(), -1)), 0)
+    return ids, values.float() - partition.unsqueeze(-1)
+
+
+def topk_log_probs_unscaled_partition(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
+    """Log-probabilities whose partition skips the soft cap and scale that the selected values went through."""
+    return _top_k_log_probs(
+        hidden, weight, bias, layout, k=k, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group, scaled=False
+    )
+
+
+topk_log_probs_unscaled_partition.values = "log_probs"

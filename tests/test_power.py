@@ -13,7 +13,7 @@ import inspect
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference.oracle
@@ -28,7 +28,7 @@ from properties import test_traffic as traffic
 from properties.profiles import running_with
 from properties.test_torch_semantics import check_argmax
 from reference.head import NOT_A_ROW, row_ids
-from sharded.impls import load_impl
+from sharded.impls import Impl, load_impl
 from tests.suite import FIND_ONLY, failure
 
 # (property, broken implementation in tests/broken.py, words its failure must contain)
@@ -68,6 +68,11 @@ CATCHES = [
     (top_k.test_top1_is_the_argmax_token, "topk_merge_by_rank", "[top-1 differs from the argmax implementation"),
     (top_k.test_top_k_determinism, "topk_alternating", "[top-k nondeterminism: two runs on identical input differ]"),
     (top_k.test_top_k_rejects_k_above_the_logits_vocabulary, "topk_k_clamped", "k=7 above the logits vocabulary"),
+    (
+        top_k.test_top_k_exact,
+        "topk_log_probs_unscaled_partition",
+        "[top-k log-probabilities differ from the classic log-softmax by more than 1e-05]",
+    ),
 ]
 PROCESS_ONLY = {"rank_one_sleeps", "rank_one_dies"}  # they hang or kill a process: tests/test_pool.py
 TRAFFIC_ONLY = {"topk_two_gathers"}  # right answers, wrong traffic: test_traffic_property_fails_on_...
@@ -117,6 +122,17 @@ def test_oracle_layout_property_fails_on_an_oracle_that_concatenates_shards(monk
     monkeypatch.setattr(reference.oracle, "token_columns", concatenated)
     message = failure(layouts.test_oracle_logits_are_the_full_head_by_global_id, "vllm_pairs")
     assert "the oracle misplaced a row of Case(" in message, message
+
+
+def test_log_probabilities_within_tolerance_pass():
+    """The log-probability comparison is not stricter than a partition combined across ranks can meet."""
+
+    def combined(**kwargs):
+        return tests.broken._top_k_log_probs(**kwargs, scaled=True)
+
+    combined.values = "log_probs"
+    with running_with(top_k.test_top_k_exact, settings(FIND_ONLY, max_examples=60)):
+        top_k.test_top_k_exact(topk_impl=Impl("combined", combined), backend="sim")
 
 
 def last_index_argmax(t):

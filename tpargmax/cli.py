@@ -1,4 +1,4 @@
-"""The ``tpargmax`` command: ``check-d2t``, ``repro``, ``promote``, ``fuzz`` and ``throughput``.
+"""The ``tpargmax`` command: ``check-d2t``, ``repro``, ``promote``, ``fuzz``, ``report`` and ``throughput``.
 
 ``check-d2t`` exits 0 when ``use_local_argmax_reduction`` is safe for the draft's
 d2t table, 1 when it is unsafe or invalid, 2 when the file cannot be read or
@@ -117,6 +117,20 @@ def build_parser() -> argparse.ArgumentParser:
     vllm = commands.add_parser("install-vllm", help="install vLLM 0.32.0 (CPU) into this venv, for the vLLM tests")
     vllm.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     vllm.set_defaults(run=lambda args: _lazy("tpargmax.install_vllm", "install_vllm")(args))
+
+    rpt = commands.add_parser(
+        "report",
+        help="every implementation (built-ins, engine variants, vLLM's layer and model classes) "
+        "against every property: a conformance matrix",
+    )
+    rpt.add_argument("--out", help="write the Markdown page here, and its JSON beside it (default: print)")
+    rpt.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+    rpt.add_argument("--render", metavar="JSON", help="render a saved report's JSON as the page; run nothing")
+    rpt.add_argument("--rows", nargs="+", help="only the rows whose name contains one of these")
+    rpt.add_argument("--examples", type=int, default=120, help="--max-examples per property (default %(default)s)")
+    rpt.add_argument("--repro-dir", default="repro/vllm-0.32.0", help="where failures' repro files go")
+    rpt.add_argument("--row-timeout", type=float, default=900.0, help="seconds one row may take (default %(default)s)")
+    rpt.set_defaults(run=lambda args: _lazy("tpargmax.report", "report")(args))
 
     speed = commands.add_parser("throughput", help="examples per second of the core properties, per backend")
     speed.add_argument("--impl", default="vllm_pairs", help="implementation to run them on (default %(default)s)")

@@ -1,0 +1,73 @@
+"""vLLM's model classes as implementations: discovery from the wheel, the spec names, one class on gloo against the
+oracle, and the proposer's refusal of a draft class without ``get_top_tokens``."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import replace
+
+import pytest
+
+from sharded.vllm_layer import INSTALL_HINT
+
+pytest.importorskip("vllm", reason=INSTALL_HINT)
+
+import torch  # noqa: E402
+
+from properties.cases import Case, build  # noqa: E402
+from properties.runner import oracle_tokens, rank_kwargs  # noqa: E402
+from sharded import vllm_models  # noqa: E402
+from sharded.pool import RankPool  # noqa: E402
+
+EXPECTED = {
+    "LlamaForCausalLM": "inherits LocalArgmaxMixin",
+    "Qwen3ForCausalLM": "inherits LocalArgmaxMixin",
+    "Qwen3_5MTP": "inherits LocalArgmaxMixin",
+    "Qwen3_5MoeMTP": "inherits Qwen3_5MTP",
+    "Eagle3LlamaForCausalLM": "inherits LlamaForCausalLM",  # through the module's alias of its base
+    "Eagle3DeepseekV2ForCausalLM": "inherits LocalArgmaxMixin",
+    "Gemma4MTP": "defines get_top_tokens",
+    "DeepseekV32MTP": "defines get_top_tokens",
+    "DeepSeekV4MTP": "defines get_top_tokens",
+    "Glm5NextMTP": "defines get_top_tokens",
+    "InklingMTP": "defines get_top_tokens",
+    "DFlash2Qwen3ForCausalLM": "calls get_top_k_tokens in compute_candidates",
+    "LiLiCorrForCausalLM": "calls get_top_k_tokens in compute_candidates",
+}
+
+
+def test_discovery_reads_the_wheel() -> None:
+    found = vllm_models.scan()
+    for name, why in EXPECTED.items():
+        assert any(m.name == name and why in m.found for m in found), name
+    no_method = {m.name for m in found if not m.methods}
+    assert "DeepSeekMTP" in no_method and "Medusa" in no_method
+    assert all(m.draft for m in found if not m.methods)
+
+
+def test_specs_load_as_the_suite_loads_them() -> None:
+    module = importlib.import_module("sharded.vllm_models")
+    for spec in vllm_models.specs():
+        fn = getattr(module, spec.partition(":")[2])
+        assert fn.process_bound and callable(fn.start) and fn.head["hidden"] == vllm_models.HIDDEN
+        assert fn.how.startswith(("built", "head reproduced from the constructor: "))
+    with pytest.raises(AttributeError):
+        module.NotAClass.get_top_tokens  # noqa: B018
+
+
+def test_proposer_refuses_a_class_without_get_top_tokens() -> None:
+    assert "does not implement get_top_tokens" in vllm_models.proposer_refuses("DeepSeekMTP")
+
+
+def test_a_built_class_on_gloo_against_the_oracle() -> None:
+    pool = RankPool(2, backend="gloo", timeout=60, start_timeout=300)
+    try:
+        for name in ("LlamaForCausalLM.get_top_tokens", "Eagle3LlamaForCausalLM.compute_logits"):
+            fn = getattr(vllm_models, name)
+            for seed in range(3):
+                case = replace(Case(batch=4, hidden=3, vocab=7, tp=2, seed=seed, ties=("across_ranks",)), **fn.head)
+                inputs = build(case)
+                out, _ = pool.run(f"sharded.vllm_models:{name}", [rank_kwargs(inputs, r) for r in range(2)])
+                assert all(torch.equal(o, oracle_tokens(inputs)) for o in out), (name, case)
+    finally:
+        pool.close()
