@@ -117,32 +117,34 @@ def _mismatch(impl: Impl, inputs: Inputs, tokens: torch.Tensor, rows: torch.Tens
 
 
 def check_tp_invariance(impl: Impl, inputs: Inputs, tps: Sequence[int] | None = None) -> None:
-    """The tokens at ``inputs.tp`` and at each of ``tps`` (default: every other tp the backend runs) agree."""
+    """The tokens at ``inputs.tp`` and at each of ``tps`` (default: every other tp the backend runs) agree.
+
+    A failure's repro file holds the side that went wrong and, as ``tps``, the tp it is compared with.
+    """
     others = [tp for tp in (backend_tps(inputs.backend) if tps is None else tps) if tp != inputs.tp]
     with repro_extra(tps=others):
-        _check_tp_invariance(impl, inputs, others)
-
-
-def _check_tp_invariance(impl: Impl, inputs: Inputs, others: list[int]) -> None:
-    base = run_checked(impl, inputs, TP_INVARIANCE)
+        base = run_checked(impl, inputs, TP_INVARIANCE)
     base_oracle = oracle_tokens(inputs)
     for tp in others:
         other = inputs.with_tp(tp)
         same_oracle = oracle_tokens(other) == base_oracle  # fp matmuls of other shard shapes may round apart
         if currently_in_test_context() and not bool(same_oracle.all()):
             event("oracle itself changed with tp (matmul numerics); those rows skipped")
-        tokens = run_checked(impl, other, TP_INVARIANCE)
+        with repro_extra(tps=[inputs.tp]):
+            tokens = run_checked(impl, other, TP_INVARIANCE)
         rows = ((tokens != base) & same_oracle).nonzero().flatten()
         if rows.numel():
-            wrong, bad = (other, tokens) if bool((tokens[rows] != base_oracle[rows]).any()) else (inputs, base)
-            _mismatch(
-                impl,
-                wrong,
-                bad,
-                rows,
-                TP_INVARIANCE,
-                f"TP invariance: tokens differ between tp={inputs.tp} and tp={tp}",
-            )
+            other_wrong = bool((tokens[rows] != base_oracle[rows]).any())
+            wrong, bad, against = (other, tokens, inputs.tp) if other_wrong else (inputs, base, tp)
+            with repro_extra(tps=[against]):
+                _mismatch(
+                    impl,
+                    wrong,
+                    bad,
+                    rows,
+                    TP_INVARIANCE,
+                    f"TP invariance: tokens differ between tp={inputs.tp} and tp={tp}",
+                )
 
 
 def check_row_independence(impl: Impl, inputs: Inputs, rows: list[int]) -> None:

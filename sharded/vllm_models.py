@@ -357,7 +357,9 @@ def _model_config(directory: str, config: dict[str, object]) -> Any:
     return ModelConfig(model=directory, skip_tokenizer_init=True, dtype="float32", enforce_eager=True)
 
 
-def _build_model(config: dict[str, object], draft: dict[str, object] | None = None, method: str = "eagle3") -> Any:
+def _build_model(
+    config: dict[str, object], draft: dict[str, object] | None = None, method: str = "eagle3", model_class: Any = None
+) -> Any:
     """``initialize_model`` from a tiny config (a draft: from the SpeculativeConfig recipe), on the CPU, offline."""
     from vllm.config import ParallelConfig, SpeculativeConfig, VllmConfig, set_current_vllm_config
     from vllm.model_executor.model_loader.utils import initialize_model
@@ -368,7 +370,7 @@ def _build_model(config: dict[str, object], draft: dict[str, object] | None = No
         if draft is None:
             vllm_config = VllmConfig(model_config=target)
             with set_current_vllm_config(vllm_config):
-                return initialize_model(vllm_config=vllm_config)
+                return initialize_model(vllm_config=vllm_config, model_class=model_class)
         os.mkdir(os.path.join(tmp, "draft"))
         Path(tmp, "draft", "config.json").write_text(json.dumps(draft))
         spec = SpeculativeConfig(
@@ -400,8 +402,17 @@ def _standard(model: Any, cls: Any) -> _Built:
     )
 
 
-def _built_causal(module: str, name: str, config: dict[str, object]) -> Callable[[], _Built]:
-    return lambda: _standard(_build_model(config), _class(module, name))
+def _built_causal(module: str, name: str, config: dict[str, object], registered: bool = True) -> Callable[[], _Built]:
+    """The class built from ``config`` (by its registry architecture, or directly where it is not registered)."""
+
+    def build() -> _Built:
+        cls = _class(module, name)
+        model = _build_model(config, model_class=None if registered else cls)
+        if type(model) is not cls:
+            raise RuntimeError(f"built {type(model).__name__}, not {name}")
+        return _standard(model, cls)
+
+    return build
 
 
 def _build_eagle3() -> _Built:
@@ -573,30 +584,35 @@ def _build_inkling(module: str, importable: bool) -> _Built:
     )
 
 
-def _build_eagle3_deepseek() -> _Built:
-    """``Eagle3DeepseekV2ForCausalLM``: ``ParallelLMHead(draft_vocab_size)``, ``LogitsProcessor(draft_vocab_size,
-    scale=logit_scale)`` and ``draft_id_to_target_id``; its get_top_tokens is ``LocalArgmaxMixin``'s."""
-    from vllm.model_executor.models.deepseek_eagle3 import Eagle3DeepseekV2ForCausalLM as Cls
+def _reproduced(module: str, cls: str, vocab: int, target: int | None = None, **processor: Any) -> Callable[[], _Built]:
+    """A draft head as its constructor makes it: ``ParallelLMHead(draft_vocab_size)``, ``LogitsProcessor(
+    draft_vocab_size, **processor)`` and, where the draft vocabulary is smaller than the ``target``'s,
+    ``draft_id_to_target_id``; the class's own ``get_top_tokens`` and ``compute_logits`` run on it."""
 
-    d2t = torch.nn.Parameter(torch.zeros(EAGLE3_DRAFT, dtype=torch.long), requires_grad=False)
-    config = SimpleNamespace(draft_vocab_size=EAGLE3_DRAFT, vocab_size=EAGLE3_TARGET)
-    obj = _stand_in(
-        "Eagle3DeepseekV2ForCausalLM",
-        {"get_top_tokens": Cls.get_top_tokens, "compute_logits": Cls.compute_logits},
-        config=config,
-        lm_head=_lm_head(EAGLE3_DRAFT),
-        logits_processor=_processor(EAGLE3_DRAFT),
-        draft_id_to_target_id=d2t,
-    )
-    return _Built(
-        obj,
-        obj.lm_head,
-        d2t,
-        {
-            "get_top_tokens": lambda h: obj.get_top_tokens(h),
-            "compute_logits": lambda h: obj.compute_logits(h).argmax(dim=-1),
-        },
-    )
+    def build() -> _Built:
+        klass = _class(module, cls)
+        d2t = None
+        if target is not None:
+            d2t = torch.nn.Parameter(torch.zeros(vocab, dtype=torch.long), requires_grad=False)
+        obj = _stand_in(
+            cls,
+            {"get_top_tokens": klass.get_top_tokens, "compute_logits": klass.compute_logits},
+            config=SimpleNamespace(draft_vocab_size=vocab, vocab_size=target or vocab),
+            lm_head=_lm_head(vocab),
+            logits_processor=_processor(vocab, **processor),
+            draft_id_to_target_id=d2t,
+        )
+        return _Built(
+            obj,
+            obj.lm_head,
+            d2t,
+            {
+                "get_top_tokens": lambda h: obj.get_top_tokens(h),
+                "compute_logits": lambda h: obj.compute_logits(h).argmax(dim=-1),
+            },
+        )
+
+    return build
 
 
 def _build_candidates(module: str, cls: str, holder: str, attr: str, processor: dict[str, Any]) -> Callable[[], _Built]:
@@ -680,7 +696,7 @@ SUBJECTS: dict[str, Subject] = {
         "Eagle3DeepseekV2ForCausalLM",
         f"{_MODELS}.deepseek_eagle3",
         _head_pin(EAGLE3_DRAFT, d2t="eagle3", target_extra=EAGLE3_TARGET - EAGLE3_DRAFT),
-        _build_eagle3_deepseek,
+        _reproduced(f"{_MODELS}.deepseek_eagle3", "Eagle3DeepseekV2ForCausalLM", EAGLE3_DRAFT, EAGLE3_TARGET),
         _NO_CPU_BUILD + "its DeepseekV2 (MLA) layers need a DeepSeek target and MLA attention backends",
     ),
     "Qwen3_5MTP": Subject(
@@ -783,6 +799,192 @@ SUBJECTS: dict[str, Subject] = {
         ("get_top_k_tokens",),
         "log_probs",
     ),
+}
+
+TELEFLM_MUP = {"use_mup": True, "mup_scale_factor": 2.0, "output_mult": 1.0}  # scale = output_mult / mup_scale_factor
+TELEFLM_SCALE = 0.5
+
+# Causal LMs built from a tiny config: subject -> (module, class, config, in the registry, how, head pin extras)
+_CAUSAL: dict[str, tuple[str, str, dict[str, object], bool, str, dict[str, object]]] = {
+    "MistralForCausalLM": (
+        "mistral",
+        "MistralForCausalLM",
+        _llama(1000, architectures=["MistralForCausalLM"], model_type="mistral", head_dim=16),
+        True,
+        "built (transformers' MistralConfig)",
+        {},
+    ),
+    "Phi3ForCausalLM": (
+        "phi3",
+        "Phi3ForCausalLM",
+        _llama(1000, architectures=["Phi3ForCausalLM"], model_type="phi3"),
+        True,
+        "built (transformers' Phi3Config)",
+        {},
+    ),
+    "Ernie4_5ForCausalLM": (
+        "ernie45",
+        "Ernie4_5ForCausalLM",
+        _llama(1000, architectures=["Ernie4_5ForCausalLM"], model_type="ernie4_5", head_dim=16),
+        True,
+        "built (transformers' Ernie4_5Config)",
+        {},
+    ),
+    "TeleChat2ForCausalLM": (
+        "telechat2",
+        "TeleChat2ForCausalLM",
+        _llama(
+            1000,
+            architectures=["TeleChat2ForCausalLM"],
+            n_layer=1,
+            n_head=4,
+            ffn_hidden_size=128,
+            layer_norm_epsilon=1e-6,
+        ),
+        True,
+        "built (its config is remote code: a LlamaConfig carrying TeleChat2's field names)",
+        {},
+    ),
+    "TeleFLMForCausalLM": (
+        "teleflm",
+        "TeleFLMForCausalLM",
+        _llama(1000, architectures=["TeleFLMForCausalLM"], use_mup=False),
+        True,
+        "built (its config is remote code: a LlamaConfig with use_mup false)",
+        {},
+    ),
+    "TeleFLMForCausalLM[mup]": (
+        "teleflm",
+        "TeleFLMForCausalLM",
+        _llama(1000, architectures=["TeleFLMForCausalLM"], **TELEFLM_MUP),
+        True,
+        "built (a LlamaConfig with use_mup: LogitsProcessor(scale=output_mult / mup_scale_factor = 0.5))",
+        {"scale": TELEFLM_SCALE},
+    ),
+    "MossQwen3ForCausalLM": (
+        "moss_audio",
+        "MossQwen3ForCausalLM",
+        _qwen3(1000, tied=False),
+        False,
+        "built directly (MossAudio's language model, not in the registry; a Qwen3Config)",
+        {},
+    ),
+}
+
+# Drafts whose head is reproduced: subject -> (module, class, draft vocab, target vocab or None, processor, how)
+_REPRODUCED: dict[str, tuple[str, str, int, int | None, dict[str, Any], str]] = {
+    "EagleLlamaForCausalLM": (
+        "llama_eagle",
+        "EagleLlamaForCausalLM",
+        1000,
+        None,
+        {},
+        "it makes no lm_head (the proposer shares the target's ParallelLMHead(vocab)); LogitsProcessor(vocab_size)",
+    ),
+    "EagleMistralForCausalLM": (
+        "mistral_eagle",
+        "EagleMistralForCausalLM",
+        1000,
+        None,
+        {},
+        "it makes no lm_head (the proposer shares the target's ParallelLMHead(vocab)); LogitsProcessor(vocab_size)",
+    ),
+    "EagleLlama4ForCausalLM": (
+        "llama4_eagle",
+        "EagleLlama4ForCausalLM",
+        1000,
+        None,
+        {},
+        "its LlamaModel draft needs a Llama4 target; ParallelLMHead(draft_vocab_size) and LogitsProcessor(vocab_size), "
+        "both 1000 here, no draft_id_to_target_id",
+    ),
+    "Llama4ForCausalLM": (
+        "llama4",
+        "Llama4ForCausalLM",
+        1000,
+        None,
+        {},
+        "its MoE decoder layers were not built on the CPU here; it runs LlamaForCausalLM's constructor: "
+        "ParallelLMHead(vocab_size), LogitsProcessor(vocab_size, scale=logit_scale), logit_scale 1",
+    ),
+    "Eagle3Qwen3ForCausalLM": (
+        "qwen3_eagle3",
+        "Eagle3Qwen3ForCausalLM",
+        EAGLE3_DRAFT,
+        EAGLE3_TARGET,
+        {},
+        "ParallelLMHead(draft_vocab_size), LogitsProcessor(draft_vocab_size) and draft_id_to_target_id "
+        "(draft 1000 of a 1500 target)",
+    ),
+    "DFlashQwen3ForCausalLM": (
+        "qwen3_dflash",
+        "DFlashQwen3ForCausalLM",
+        EAGLE3_DRAFT,
+        EAGLE3_TARGET,
+        {},
+        "its DFlash layers need a Qwen3 target's hidden states; ParallelLMHead(draft_vocab_size), "
+        "LogitsProcessor(draft_vocab_size) and draft_id_to_target_id (draft 1000 of a 1500 target)",
+    ),
+    "Qwen3DSparkForCausalLM": (
+        "qwen3_dspark",
+        "Qwen3DSparkForCausalLM",
+        EAGLE3_DRAFT,
+        EAGLE3_TARGET,
+        {},
+        "its DSpark layers need a Qwen3 target's hidden states; ParallelLMHead(draft_vocab_size), "
+        "LogitsProcessor(draft_vocab_size) and draft_id_to_target_id (draft 1000 of a 1500 target)",
+    ),
+    "Gemma4DSparkForCausalLM": (
+        "gemma4_dspark",
+        "Gemma4DSparkForCausalLM",
+        GEMMA4_VOCAB,
+        None,
+        {"soft_cap": GEMMA4_SOFT_CAP},
+        "its Gemma4 DSpark layers need a Gemma4 target; ParallelLMHead(vocab_size), "
+        "LogitsProcessor(vocab_size, soft_cap=final_logit_softcapping), no draft_id_to_target_id",
+    ),
+}
+
+for _name, (_tail, _cls, _config, _registered, _how, _extra) in _CAUSAL.items():
+    SUBJECTS[_name] = Subject(
+        _cls,
+        f"{_MODELS}.{_tail}",
+        _head_pin(1000, **_extra),
+        _built_causal(f"{_MODELS}.{_tail}", _cls, _config, _registered),
+        _how,
+    )
+for _name, (_tail, _cls, _vocab, _target, _proc, _how) in _REPRODUCED.items():
+    _d2t = {} if _target is None else {"d2t": "eagle3", "target_extra": _target - _vocab}
+    SUBJECTS[_name] = Subject(
+        _cls,
+        f"{_MODELS}.{_tail}",
+        _head_pin(_vocab, **_d2t, **_proc),
+        _reproduced(f"{_MODELS}.{_tail}", _cls, _vocab, _target, **_proc),
+        _NO_CPU_BUILD + _how,
+    )
+
+_EMBEDDING = "an embedding/pooling model: inherits get_top_tokens from {} but never decodes, so it is not run"
+_UNCHANGED = "its module does not import here ({}); it inherits {}'s get_top_tokens unchanged: covered by {}"
+
+# Discovered classes with a method and no subject of their own: how each is covered, or why it is not run.
+COVERAGE: dict[str, str] = {
+    "LocalArgmaxMixin": "the mixin itself, not a model: runs in every subject that inherits it (LlamaForCausalLM, ...)",
+    "DeepseekV32MultiTokenPredictor": "runs through DeepseekV32MTP.get_top_tokens, which calls it",
+    "DeepSeekV4MultiTokenPredictor": "runs through DeepSeekV4MTP.get_top_tokens (AMD module), which calls it",
+    "Glm5NextMultiTokenPredictor": "runs through Glm5NextMTP.get_top_tokens, which calls it",
+    "Dots3NoteMTP": _UNCHANGED.format("needs a newer flash-attn helper", "DeepseekV32MTP", "DeepseekV32MTP"),
+    "Dots3NoteMultiTokenPredictor": _UNCHANGED.format(
+        "needs a newer flash-attn helper", "DeepseekV32MultiTokenPredictor", "DeepseekV32MTP"
+    ),
+    "Qwen3_5MoeMTP": _UNCHANGED.format("torchvision", "Qwen3_5MTP", "Qwen3_5MTP"),
+    "InternS2MobiusMTP": _UNCHANGED.format("torchvision", "Qwen3_5MTP", "Qwen3_5MTP"),
+    "Qwen3LLMForCausalLM": _UNCHANGED.format("torchvision", "Qwen3ForCausalLM", "Qwen3ForCausalLM")
+    + " (its constructor makes the same untied/tied ParallelLMHead and LogitsProcessor(vocab_size))",
+    "LlamaBidirectionalModel": _EMBEDDING.format("LlamaForCausalLM"),
+    "LlamaBidirectionalForSequenceClassification": _EMBEDDING.format("LlamaForCausalLM") + " (a classifier)",
+    "JinaEmbeddingsV5DecoderModel": _EMBEDDING.format("Qwen3ForCausalLM"),
+    "JinaEmbeddingsV5EncoderModel": _EMBEDDING.format("LlamaForCausalLM"),
+    "JinaEmbeddingsV5Model": _EMBEDDING.format("JinaEmbeddingsV5DecoderModel"),
 }
 
 
@@ -888,7 +1090,7 @@ def __getattr__(attr: str) -> Callable[..., Any]:
 # ---------------------------------------------------------------------------------------------------- refusal
 
 
-def proposer_refuses(name: str = "EagleLlama4ForCausalLM") -> str:
+def proposer_refuses(name: str) -> str:
     """The ``ValueError`` vLLM's proposer raises when ``use_local_argmax_reduction`` meets a draft class without
     ``get_top_tokens``: ``SpecDecodeBaseProposer._maybe_share_lm_head`` run on a stand-in proposer whose ``model``
     is an (uninitialised) instance of the class and whose target has no head to share."""

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from properties.cases import Case, build
-from properties.checks import check_token_exact
+from properties.checks import check_token_exact, check_tp_invariance
 from properties.diagnose import PropertyFailure
-from sharded.impls import load_impl
+from sharded.impls import Impl, load_impl
 
 NAN, TINY = float("nan"), torch.finfo(torch.float32).smallest_normal * torch.finfo(torch.float32).eps
 
@@ -75,3 +75,21 @@ def test_an_unproven_rule_prints_both_values_with_their_bits():
     )
     assert "logit 2.802596928649634e-45 (bits 0x00000002)" in message and "logit 0.0 (bits 0x00000000)" in message
     assert "the chosen id is the first maximum of the logits with subnormals flushed to zero" in message
+
+
+def wrong_at_tp_4(**kwargs):
+    """Right at every tp but 4, where it answers id 0."""
+    tokens = load_impl("vllm_pairs").fn(**kwargs)
+    return torch.zeros_like(tokens) if kwargs["group"].world_size == 4 else tokens
+
+
+def test_a_tp_invariance_failure_replays_on_the_side_that_went_wrong():
+    """The repro holds the wrong side (tp 4 here) and, as ``tps``, the side it is compared with."""
+    impl = Impl("tests.test_diagnose:wrong_at_tp_4", wrong_at_tp_4)
+    inputs = build(Case(batch=2, hidden=4, vocab=300, tp=2, seed=3))
+    with pytest.raises(PropertyFailure) as caught:
+        check_tp_invariance(impl, inputs, [4])
+    record = caught.value.repro
+    assert (record["inputs"].tp, record["extra"]["tps"]) == (4, [2])
+    with pytest.raises(PropertyFailure):
+        check_tp_invariance(impl, record["inputs"], record["extra"]["tps"])

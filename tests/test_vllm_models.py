@@ -71,3 +71,10 @@ def test_a_built_class_on_gloo_against_the_oracle() -> None:
                 assert all(torch.equal(o, oracle_tokens(inputs)) for o in out), (name, case)
     finally:
         pool.close()
+
+
+def test_every_class_with_a_method_is_a_subject_or_covered() -> None:
+    subjects = {s.cls for s in vllm_models.SUBJECTS.values()}
+    assert not subjects & set(vllm_models.COVERAGE)
+    missing = {m.name for m in vllm_models.scan() if m.methods} - subjects - set(vllm_models.COVERAGE)
+    assert not missing, f"neither a subject nor in COVERAGE: {sorted(missing)}"

@@ -127,8 +127,19 @@ def model_runs() -> tuple[list[Run], list[dict[str, Any]], dict[str, str]]:
         key = (path == "get_top_k_tokens", tuple(sorted(fn.head.items())))
         by_head.setdefault(key, []).append(Subject(spec, kind, fn.how, spec.partition(":")[2], vllm=True))
     runs = [Run(tuple(s), top_k=top_k, argmax="vllm" if top_k else "") for (top_k, _), s in by_head.items()]
+    subjects: dict[str, list[str]] = {}
+    for name, subject in vllm_models.SUBJECTS.items():
+        subjects.setdefault(subject.cls, []).append(name)
+    coverage = getattr(vllm_models, "COVERAGE", {})
     classes = [
-        {"name": m.name, "module": m.module, "methods": list(m.methods), "how": m.found, "confirmed": m.confirmed}
+        {
+            "name": m.name,
+            "module": m.module,
+            "methods": list(m.methods),
+            "how": m.found,
+            "confirmed": m.confirmed,
+            "tested": ", ".join(f"`{s}`" for s in subjects.get(m.name, [])) or coverage.get(m.name, ""),
+        }
         for m in vllm_models.discover()
     ]
     no_method = next((c["name"] for c in classes if not c["methods"]), None)

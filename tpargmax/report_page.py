@@ -84,7 +84,8 @@ def render(data: dict[str, Any]) -> str:
         f"on real gloo rank processes (tp {' and '.join(map(str, budget['tps']))}), Hypothesis profile",
         f"{budget['profile']}, `--max-examples {budget['examples']}` (a quarter of it on gloo), plus the pinned",
         "edge cases. A cell reads **pass**, **skip** (the property does not apply; see the reasons below) or a",
-        "failure number, explained under [Failures](#failures) with its rule, minimal case and replay command.",
+        "failure number, explained under [Failures](#failures) with its rule, case and replay command. A case is",
+        "Hypothesis's shrunk one, or the pinned edge case that failed first (pinned cases run before any other).",
         "",
     ]
     not_run = [row for row in data["rows"] if row.get("skipped")]
@@ -97,7 +98,7 @@ def render(data: dict[str, Any]) -> str:
         out += ["Not run: " + ", ".join(f"`{r['name']}` ({r['skipped']})" for r in not_run), ""]
     out += ["## Subjects", ""]
     out += [f"- `{row['name']}` ({row['kind']}): {row['note']}" for row in data["rows"] if row["note"]]
-    out += ["", "## Failures", ""]
+    out += ["", "## Failures", ""] + ([] if failures else ["None.", ""])
     for number, row, test, fail in failures:
         out += [f"### {number}: `{row['name']}`, {LABELS.get(test, test)}", "", f"- **Rule:** {fail['rule']}"]
         if fail.get("case"):
@@ -157,12 +158,13 @@ def _classes(classes: list[dict[str, Any]], refusal: dict[str, str]) -> list[str
         "class in a child process. Classes with no method are draft classes of vLLM's speculative-decoding registry",
         "that lack `get_top_tokens`.",
         "",
-        "| class | module | methods | found by | import check |",
-        "|---|---|---|---|---|",
+        "| class | module | methods | found by | import check | under test as |",
+        "|---|---|---|---|---|---|",
     ]
     for c in classes:
         methods = ", ".join(c["methods"]) or "none"
-        out.append(f"| `{c['name']}` | `{c['module']}` | {methods} | {c['how']} | {c['confirmed']} |")
+        tested = c.get("tested") or ("" if not c["methods"] else "not under test")
+        out.append(f"| `{c['name']}` | `{c['module']}` | {methods} | {c['how']} | {c['confirmed']} | {tested} |")
     for name, message in refusal.items():
         out += ["", f"vLLM's proposer with `use_local_argmax_reduction` on `{name}`: {message}"]
     return out + [""]
