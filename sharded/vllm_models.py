@@ -389,15 +389,18 @@ def _class(module: str, name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def _standard(model: Any, cls: Any) -> _Built:
-    """The class's own methods, bound to the built model (or to a stand-in)."""
+def _standard(obj: Any, cls: Any = None, head: Any = None, **more: Callable[..., Any]) -> _Built:
+    """The class's own local and classic paths on the built model or a stand-in (``cls``: the class whose methods
+    run, by default the object's own); ``head``: the head each call loads, by default ``obj.lm_head``."""
+    own = cls or type(obj)
     return _Built(
-        model,
-        model.lm_head,
-        getattr(model, "draft_id_to_target_id", None),
+        obj,
+        obj.lm_head if head is None else head,
+        getattr(obj, "draft_id_to_target_id", None),
         {
-            "get_top_tokens": lambda h: cls.get_top_tokens(model, h),
-            "compute_logits": lambda h: cls.compute_logits(model, h).argmax(dim=-1),
+            "get_top_tokens": lambda h: own.get_top_tokens(obj, h),
+            "compute_logits": lambda h: own.compute_logits(obj, h).argmax(dim=-1),
+            **more,
         },
     )
 
@@ -484,15 +487,7 @@ def _mtp_predictor(
         )
         outer_methods = _methods(module, outer, ("get_top_tokens", "compute_logits"), importable)
         obj = _stand_in(outer, outer_methods, model=model)
-        return _Built(
-            obj,
-            head,
-            None,
-            {
-                "get_top_tokens": lambda h: obj.get_top_tokens(h),
-                "compute_logits": lambda h: obj.compute_logits(h).argmax(dim=-1),
-            },
-        )
+        return _standard(obj, head=head)
 
     return build
 
@@ -506,15 +501,7 @@ def _build_qwen3_5_mtp() -> _Built:
         **_source_methods("vllm.model_executor.models.qwen3_5_mtp", "Qwen3_5MTP", ("compute_logits",)),
     }
     obj = _stand_in("Qwen3_5MTP", qwen_methods, lm_head=_lm_head(MTP_VOCAB), logits_processor=_processor(MTP_VOCAB))
-    return _Built(
-        obj,
-        obj.lm_head,
-        None,
-        {
-            "get_top_tokens": lambda h: obj.get_top_tokens(h),
-            "compute_logits": lambda h: obj.compute_logits(h).argmax(dim=-1),
-        },
-    )
+    return _standard(obj)
 
 
 def _build_gemma4_mtp(centroids: int | None, top_k: int, ordered: bool) -> Callable[[], _Built]:
@@ -546,16 +533,7 @@ def _build_gemma4_mtp(centroids: int | None, top_k: int, ordered: bool) -> Calla
         def reset() -> None:  # Gemma4MTP.load_weights drops the gathered head it caches
             obj._stable_full_lm_head_weight = None
 
-        return _Built(
-            obj,
-            obj.lm_head,
-            None,
-            {
-                "get_top_tokens": lambda h: obj.get_top_tokens(h),
-                "compute_logits": lambda h: obj.compute_logits(h).argmax(dim=-1),
-            },
-            reset,
-        )
+        return replace(_standard(obj), reset=reset)
 
     return build
 
@@ -573,15 +551,7 @@ def _build_inkling(module: str, importable: bool) -> _Built:
         logits_processor=_processor(INKLING_PADDED, org_vocab_size=INKLING_VOCAB),
         _logits_zero=None,
     )
-    return _Built(
-        obj,
-        obj.lm_head,
-        None,
-        {
-            "get_top_tokens": lambda h: obj.get_top_tokens(h),
-            "compute_logits": lambda h: obj.compute_logits(h).argmax(dim=-1),
-        },
-    )
+    return _standard(obj)
 
 
 def _reproduced(module: str, cls: str, vocab: int, target: int | None = None, **processor: Any) -> Callable[[], _Built]:
@@ -602,15 +572,7 @@ def _reproduced(module: str, cls: str, vocab: int, target: int | None = None, **
             logits_processor=_processor(vocab, **processor),
             draft_id_to_target_id=d2t,
         )
-        return _Built(
-            obj,
-            obj.lm_head,
-            d2t,
-            {
-                "get_top_tokens": lambda h: obj.get_top_tokens(h),
-                "compute_logits": lambda h: obj.compute_logits(h).argmax(dim=-1),
-            },
-        )
+        return _standard(obj)
 
     return build
 
@@ -636,16 +598,7 @@ def _build_candidates(module: str, cls: str, holder: str, attr: str, processor: 
             setattr(getattr(inner, holder), attr, k)  # the draft config's candidate count
             return obj.compute_candidates(h)
 
-        return _Built(
-            obj,
-            obj.lm_head,
-            None,
-            {
-                "get_top_tokens": lambda h: obj.get_top_tokens(h),
-                "compute_logits": lambda h: obj.compute_logits(h).argmax(dim=-1),
-                "get_top_k_tokens": top_k,
-            },
-        )
+        return _standard(obj, get_top_k_tokens=top_k)
 
     return build
 
