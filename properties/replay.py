@@ -51,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--collective-timeout", type=float, default=runner.collective_timeout, help="seconds")
     args = parser.parse_args(argv)
     runner.collective_timeout = args.collective_timeout
-    impl = load_impl(args.impl or os.environ.get(IMPL_ENV) or "vllm_pairs")
+    try:
+        impl = load_impl(args.impl or os.environ.get(IMPL_ENV) or "vllm_pairs")
+    except ValueError as exc:
+        parser.error(str(exc))
     runner.pin_heads([impl])  # a model class's fixed head, as the suite ran it
     backend = args.backend or ("gloo" if impl.process_bound else "sim")
     inputs = runner.prepare(parse_case(args.case), backend)

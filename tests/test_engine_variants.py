@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+import torch
+
 from properties import test_equivalence as eq
 from properties import test_input_errors as errors
+from reference.checks import FLOAT_ID_LIMIT
+from sharded.engine_variants import sglang_style
+from sharded.layout import vocab_parallel_layout
 from tests.suite import failure
 
 TRTLLM = "sharded.engine_variants:trtllm_style"
@@ -21,6 +27,9 @@ def test_trtllm_style_rounds_ids_carried_in_float32():
     )
 
 
-def test_sglang_style_refuses_2_24_ids_and_is_otherwise_exact():
+def test_sglang_style_refuses_2_24_ids():
+    """Its packed key holds 24-bit ids; that it is otherwise exact is the conformance page's row."""
     assert failure(errors.test_ids_beyond_float32_are_exact_or_rejected, SGLANG) == ""
-    assert failure(eq.test_token_exact, SGLANG) == ""
+    layout = vocab_parallel_layout(FLOAT_ID_LIMIT, 2)[0]
+    with pytest.raises(ValueError, match=r"below 2\*\*24"):  # refused before any collective
+        sglang_style(torch.ones(1, 1), torch.zeros(layout.size, 1), None, layout, group=None)
