@@ -248,7 +248,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """Write every property failure as a standalone repro file, and say where in the report."""
     report = yield
     replaying = item.originalname == "test_repro_file_replays_clean"  # its case has a file already
-    failures = []
+    recorded = []
     if report.failed and call.excinfo is not None:
         from properties import repro
 
@@ -264,6 +264,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                 blob = next((line.strip() for line in notes.splitlines() if "@reproduce_failure" in line), None)
                 path = repro.write(item.config.getoption("repro_dir"), exc.repro, blob, item.originalname)
                 report.sections.append(("tpargmax repro file", f"{path}\nreplay: tpargmax repro {path}"))
-            failures.append(results.failure(exc, None if path is None else str(path)))
-    results.record(item, report, failures)
+            recorded.append((exc, None if path is None else str(path)))
+    results.record(item, report, recorded)
     return report

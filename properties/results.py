@@ -12,21 +12,24 @@ from typing import Any
 
 import pytest
 
+from properties.diagnose import replay_command
+
 RESULTS = pytest.StashKey[list]()
 
 
 def failure(exc: BaseException, repro_file: str | None) -> dict[str, Any]:
-    """One failure: a property's (its message reads ``[rule]``, then indented lines) or any other exception's."""
+    """One failure: a property's (its rule, case and replay from the failure's own record) or any other
+    exception's (its first line)."""
     lines = str(exc).splitlines() or [type(exc).__name__]
     cut = next((i for i, line in enumerate(lines) if line.strip().lower().startswith("traceback")), len(lines))
     lines = lines[:cut]  # a rank's traceback stays in pytest's report
     repro = getattr(exc, "repro", None)
-    fields = {line.strip().split(": ", 1)[0]: line.strip().split(": ", 1)[-1] for line in lines[1:] if ": " in line}
+    inputs = repro["inputs"] if repro else None
     return {
         "rule": repro["rule"] if repro else _short(f"{type(exc).__name__}: {lines[0]}"),
         "property": repro["property"] if repro else None,
-        "case": fields.get("case") if repro else None,
-        "replay": fields.get("replay") if repro else None,
+        "case": repr(inputs.case) if repro else None,
+        "replay": replay_command(repro["impl"], inputs, repro["extra"].get("k")) if repro else None,
         "repro_file": repro_file,
         "details": [line.strip() for line in lines[1:] if not line.strip().startswith(("case:", "replay:"))][:8],
     }
@@ -36,8 +39,9 @@ def _short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def record(item: pytest.Item, report: pytest.TestReport, failures: list[dict[str, Any]]) -> None:
-    """Keep one test's outcome (its call, or the setup that skipped or broke it)."""
+def record(item: pytest.Item, report: pytest.TestReport, errors: list[tuple[BaseException, str | None]]) -> None:
+    """Keep one test's outcome (its call, or the setup that skipped or broke it) with each error and its repro
+    file, when ``--results-json`` asked for them."""
     results = item.config.stash.get(RESULTS, None)
     if results is None or not (report.when == "call" or report.outcome != "passed"):
         return
@@ -49,7 +53,7 @@ def record(item: pytest.Item, report: pytest.TestReport, failures: list[dict[str
             "params": {k: str(v) for k, v in callspec.params.items()} if callspec else {},
             "outcome": report.outcome,
             "skip_reason": report.longrepr[2].removeprefix("Skipped: ") if report.skipped else None,
-            "failures": failures,
+            "failures": [failure(exc, path) for exc, path in errors],
         }
     )
 
