@@ -6,12 +6,12 @@ the stored files are exactly what this module builds.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
 import torch
-
-from tpargmax.checkpoint import write_safetensors
+from safetensors import TensorSpec, serialize_file
 
 HERE = Path(__file__).resolve().parent / "fixtures" / "d2t"
 CORPUS = (
@@ -56,11 +56,55 @@ def corrupted() -> dict[str, dict[str, torch.Tensor]]:
     }
 
 
+def save_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Write through the safetensors library's own serializer, from torch memory (its ``save_file`` needs NumPy)."""
+    held = {name: t.contiguous() for name, t in tensors.items()}  # alive until serialize_file returns
+    specs = {
+        name: TensorSpec(
+            dtype=str(t.dtype).removeprefix("torch."),
+            shape=list(t.shape),
+            data_ptr=t.data_ptr(),
+            data_len=t.numel() * t.element_size(),
+        )
+        for name, t in held.items()
+    }
+    serialize_file(specs, str(path))
+
+
+FORMS = ("safetensors", "shards", "bin")  # model.safetensors; a 2-shard index; pytorch_model.bin
+
+
+def write_draft(
+    directory: Path, tables: dict[str, torch.Tensor], weights: dict[str, torch.Tensor], form: str, config: dict | None
+) -> Path:
+    """A draft directory as published. ``shards`` splits the weights over two files and puts the tables in
+    the second, as a Hugging Face index does with tensors saved last."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if config is not None:
+        (directory / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    if form == "safetensors":
+        save_safetensors(directory / "model.safetensors", {**weights, **tables})
+    elif form == "bin":
+        torch.save({**weights, **tables}, directory / "pytorch_model.bin")
+    elif form == "shards":
+        names = list(weights)
+        first, second = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+        parts = {first: names[: len(names) // 2], second: names[len(names) // 2 :]}
+        save_safetensors(directory / first, {n: weights[n] for n in parts[first]})
+        save_safetensors(directory / second, {**{n: weights[n] for n in parts[second]}, **tables})
+        weight_map = {n: shard for shard, ns in parts.items() for n in ns} | dict.fromkeys(tables, second)
+        index = {"metadata": {"total_size": sum(f.stat().st_size for f in directory.glob("*.safetensors"))}}
+        (directory / "model.safetensors.index.json").write_text(json.dumps({**index, "weight_map": weight_map}))
+    else:
+        raise ValueError(f"form must be one of {', '.join(FORMS)}, got {form!r}")
+    return directory
+
+
 def write_all(directory: Path = HERE) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, tensors in corrupted().items():
-        write_safetensors(directory / name, tensors)
+        save_safetensors(directory / name, tensors)
         paths.append(directory / name)
     d2t, t2d = eagle3_tables()
     state = directory / "state_dict.pt"

@@ -7,8 +7,7 @@ import json
 import pytest
 import torch
 
-from tests.d2t_fixtures import HERE, write_all
-from tpargmax.checkpoint import read_tensors
+from tests.d2t_fixtures import FORMS, HERE, corrupted, eagle3_tables, write_all, write_draft
 from tpargmax.cli import main
 
 EXPECTED = {  # file -> (classification, exit status, words naming the offending ids)
@@ -41,27 +40,115 @@ def test_json_output(capsys):
     assert report["counterexample"]["local_token"] == 112 and report["counterexample"]["classic_token"] == 99
 
 
+def bad(tmp_path, how: str) -> str:
+    """A damaged copy of a good checkpoint, damaged the way downloads and disks damage them."""
+    good = (HERE / "eagle3.safetensors").read_bytes()
+    size = int.from_bytes(good[:8], "little")
+    header = json.loads(good[8 : 8 + size])
+    path = tmp_path / "model.safetensors"
+    if how == "truncated":
+        path.write_bytes(good[:-40])
+    elif how == "header not JSON":
+        path.write_bytes(good[:8] + b"{" + b"?" * (size - 1) + good[8 + size :])
+    elif how == "offsets outside the file":
+        header["t2d"]["shape"], header["t2d"]["data_offsets"][1] = [4096], header["t2d"]["data_offsets"][0] + 4096
+        text = json.dumps(header).encode()
+        path.write_bytes(len(text).to_bytes(8, "little") + text + good[8 + size :])
+    elif how == "index names a missing shard":
+        write_draft(tmp_path, dict(zip(("d2t", "t2d"), eagle3_tables(), strict=True)), WEIGHTS, "shards", CONFIG)
+        (tmp_path / "model-00001-of-00002.safetensors").unlink()
+        return str(tmp_path)
+    elif how == "directory without a checkpoint":
+        (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+        (tmp_path / "README.md").write_text("a model card")
+        return str(tmp_path)
+    elif how == "not a checkpoint":
+        path = tmp_path / "draft.bin"
+        path.write_bytes(b"not a checkpoint at all")
+    elif how == "no such file":
+        path = tmp_path / "missing.safetensors"
+    elif how == "no d2t":
+        path = HERE / "no_d2t.safetensors"
+    return str(path)
+
+
+BAD = {  # how the file is damaged -> words the one-line reason must hold
+    "truncated": "(a truncated download, or offsets outside the file)",
+    "header not JSON": "its header is not JSON",
+    "offsets outside the file": "tensor offsets do not end where the file ends",
+    "index names a missing shard": "names shard 'model-00001-of-00002.safetensors', which is not in",
+    "directory without a checkpoint": "no checkpoint in this directory",
+    "not a checkpoint": "neither safetensors nor a torch state dict",
+    "no such file": "no such file or directory",
+    "no d2t": "no 'd2t' tensor",
+}
+
+
+@pytest.mark.parametrize("how", sorted(BAD))
+def test_bad_checkpoints_exit_2_with_a_one_line_reason(how, tmp_path, capsys):
+    path = bad(tmp_path, how)
+    assert main(["check-d2t", path]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured
+    assert BAD[how] in captured.err and "Traceback" not in captured.err, captured.err
+
+
+CONFIG = {"architectures": ["LlamaForCausalLMEagle3"], "vocab_size": 256, "draft_vocab_size": 24}
+WEIGHTS = {f"model.layers.{i}.mlp.weight": torch.full((8, 8), float(i)) for i in range(4)}
+
+
+def swapped_tables() -> dict[str, torch.Tensor]:
+    return {f"model.{k}": v for k, v in corrupted()["swapped.safetensors"].items()}
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("point_at", ["directory", "file"])
+def test_every_download_form_gives_the_same_verdict(form, point_at, tmp_path, capsys):
+    directory = write_draft(tmp_path, swapped_tables(), WEIGHTS, form, CONFIG)
+    (entry,) = [p for p in directory.iterdir() if p.name.startswith(("model.safetensors", "pytorch_model.bin"))]
+    path = str(directory if point_at == "directory" else entry)
+    assert main(["check-d2t", path]) == 1
+    out = capsys.readouterr().out
+    assert f"target vocabulary 256 (from {directory / 'config.json'} vocab_size)" in out, out
+    assert "d2t 'model.d2t' (24 draft ids), t2d 'model.t2d' (256 targets)" in out
+    assert "classification: non-monotone\n" in out and "mismatch" not in out, out
+    assert "the local path returns 112 = 5 + d2t[5], the classic path returns 99" in out
+
+
+def test_an_index_opens_only_the_shard_that_holds_the_tables(tmp_path, capsys):
+    write_draft(tmp_path, swapped_tables(), WEIGHTS, "shards", CONFIG)
+    (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"garbage: opening this shard would fail")
+    assert main(["check-d2t", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"read: {tmp_path / 'model-00002-of-00002.safetensors'}\n" in out, out
+
+
 @pytest.mark.parametrize(
-    "content, words",
+    "config, args, status, words",
     [
-        (None, "no such file"),
-        (b"not a checkpoint at all", "neither safetensors nor a torch state dict"),
-        ("no_d2t.safetensors", "no 'd2t' tensor"),
+        ({"vocab_size": 256, "draft_vocab_size": 25}, [], 1, ["d2t has 24 entries, but ", "draft_vocab_size is 25"]),
+        ({"vocab_size": 256, "draft_vocab_size": 25}, [], 1, ["t2d marks 24 targets as used, but "]),
+        ({"vocab_size": 300, "draft_vocab_size": 24}, [], 1, ["t2d has 256 entries, but ", "vocab_size is 300"]),
+        (CONFIG, ["--target-vocab", "512"], 1, ["--target-vocab is 512, but ", "vocab_size is 256"]),
+        (
+            {"speculators_model_type": "eagle3", "draft_vocab_size": 24, "transformer_layer_config": CONFIG},
+            [],
+            0,
+            ["target vocabulary 256 (from ", "transformer_layer_config.vocab_size)"],
+        ),
+        (None, [], 0, ["target vocabulary 256 (from t2d's length)"]),
     ],
 )
-def test_unreadable_files_exit_2_with_a_message(content, words, tmp_path, capsys):
-    path = tmp_path / "draft.bin"
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    elif content is not None:
-        path = HERE / content
-    assert main(["check-d2t", str(path)]) == 2
-    err = capsys.readouterr().err
-    assert words in err and "Traceback" not in err, err
+def test_the_config_gives_the_target_vocabulary_and_is_cross_checked(config, args, status, words, tmp_path, capsys):
+    d2t, t2d = eagle3_tables()
+    write_draft(tmp_path, {"d2t": d2t, "t2d": t2d}, WEIGHTS, "safetensors", config)
+    assert main(["check-d2t", str(tmp_path), *args]) == status
+    out = capsys.readouterr().out
+    assert all(w in out for w in words), out
+    verdict = "safe for this draft\n" if status == 0 else "NOT safe for this draft (the tables disagree with the config"
+    assert "classification: strictly increasing" in out and f"use_local_argmax_reduction: {verdict}" in out, out
 
 
 def test_stored_fixtures_are_what_the_builder_makes(tmp_path):
     for path in write_all(tmp_path):
-        stored, rebuilt = read_tensors(HERE / path.name), read_tensors(path)
-        assert stored.keys() == rebuilt.keys(), path.name
-        assert all(torch.equal(stored[k], rebuilt[k]) for k in stored), path.name
+        assert (HERE / path.name).read_bytes() == path.read_bytes(), path.name

@@ -4,6 +4,7 @@ the command-line entry points only, so importing the suite's modules as a librar
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,3 +55,28 @@ def test_a_command_prints_its_answer_and_nothing_on_stderr(name):
 def test_importing_the_suite_as_a_library_changes_no_warning_filter():
     out = run([sys.executable, "-c", "import tpargmax.cli, properties.runner, sharded.pool"], ROOT)
     assert out.returncode == 0 and NUMPY_NOTICE in out.stderr, out.stderr
+
+
+def required_closure(name: str, seen: set[str] | None = None) -> set[str]:
+    """Every distribution that installing ``name`` pulls in, extras left out."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    seen = set() if seen is None else seen
+    key = re.sub(r"[-_.]+", "-", name).lower()
+    if key in seen:
+        return seen
+    seen.add(key)
+    try:
+        wanted = requires(name) or []
+    except PackageNotFoundError:
+        return seen
+    for line in wanted:
+        if "extra ==" not in line:
+            required_closure(re.match(r"[A-Za-z0-9._-]+", line).group(0), seen)
+    return seen
+
+
+def test_no_required_dependency_brings_numpy():
+    closure = required_closure("tpargmax")
+    assert {"torch", "safetensors", "pyyaml", "hypothesis"} <= closure, closure
+    assert "numpy" not in closure, sorted(closure)

@@ -1,72 +1,161 @@
-"""Read d2t/t2d tables from a draft checkpoint: safetensors (parsed here, no NumPy) or a torch state dict."""
+"""Find and read a draft's ``d2t``/``t2d`` tables in what people download, touching nothing else.
+
+A path may be a ``.safetensors`` file, a torch file, a shard index
+(``*.index.json``) or a directory holding one of those beside ``config.json``.
+Safetensors files are memory-mapped through the ``safetensors`` library and only
+the two tables are read; torch files go through ``torch.load(mmap=True)``; an
+index opens only the shard(s) that hold the tables. Every failure is a
+:class:`CheckpointError` whose message is one line naming the file and the fault.
+"""
 
 from __future__ import annotations
 
 import json
-import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-SAFETENSORS_DTYPES = {
-    "BOOL": torch.bool,
-    "U8": torch.uint8,
-    "I8": torch.int8,
-    "I16": torch.int16,
-    "I32": torch.int32,
-    "I64": torch.int64,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "F32": torch.float32,
-    "F64": torch.float64,
+# What a published draft directory holds, in the order engines look for them.
+DIRECTORY_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+# The library's words for a damaged file, and what they mean to someone who downloaded it.
+SAFETENSORS_FAULTS = {
+    "file not fully covered": "its header's tensor offsets do not end where the file ends "
+    "(a truncated download, or offsets outside the file)",
+    "invalid shape, data type, or offset": "a tensor's offsets do not fit its shape or lie outside the file",
+    "invalid JSON": "its header is not JSON",
+    "header too small": "too short for a safetensors file",
+    "header too large": "its header length does not fit the file (not a safetensors file?)",
+    "invalid header length": "its header length does not fit the file (truncated?)",
 }
 
 
 class CheckpointError(Exception):
-    """The file cannot be read, or lacks what is asked of it; the message says which."""
+    """The checkpoint cannot be read, or lacks what is asked of it; the message says which, in one line."""
 
 
-def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    data = path.read_bytes()
-    if len(data) < 8:
-        raise CheckpointError(f"{path}: too short for a safetensors file ({len(data)} bytes)")
-    (size,) = struct.unpack("<Q", data[:8])
-    if not 2 <= size <= len(data) - 8:
-        raise CheckpointError(f"{path}: not a safetensors file (header length {size} does not fit the file)")
+@dataclass(frozen=True)
+class DraftTables:
+    """The tables found, where they came from, and the draft's ``config.json`` if one sits beside them."""
+
+    d2t: torch.Tensor
+    t2d: torch.Tensor | None
+    d2t_key: str
+    t2d_key: str | None
+    files: tuple[Path, ...]  # the files actually opened
+    config: dict | None
+    config_path: Path | None
+
+
+def read_draft(path: str | Path) -> DraftTables:
+    """Resolve ``path`` to the file(s) holding d2t/t2d and read just those two tensors."""
+    path = Path(path)
+    if path.is_dir():
+        path = _checkpoint_in(path)
+    elif not path.is_file():
+        raise CheckpointError(f"{path}: no such file or directory")
+    keys = _index(path) if path.name.endswith(".index.json") else dict.fromkeys(_keys(path), path)
+    d2t_key = find_key(keys, "d2t", required=True)
+    t2d_key = find_key(keys, "t2d", required=False)
+    d2t = _tensor(keys[d2t_key], d2t_key)
+    t2d = None if t2d_key is None else _tensor(keys[t2d_key], t2d_key)
+    opened = tuple(dict.fromkeys(keys[k] for k in (d2t_key, t2d_key) if k is not None))
+    config_path = path.parent / "config.json"
+    return DraftTables(d2t, t2d, d2t_key, t2d_key, opened, *_config(config_path))
+
+
+def find_key(keys: dict[str, Path] | list[str], name: str, required: bool) -> str | None:
+    """The one key named ``name`` or ending in ``.name`` (a module prefix)."""
+    hits = sorted(k for k in keys if k == name or k.endswith("." + name))
+    if len(hits) > 1:
+        raise CheckpointError(f"several tensors could be {name!r}: {', '.join(hits)}")
+    if not hits and required:
+        shown = ", ".join(sorted(keys)[:8]) + (" ..." if len(keys) > 8 else "")
+        raise CheckpointError(
+            f"no {name!r} tensor (EAGLE3 drafts store one, maybe under a module prefix); the checkpoint has: {shown}"
+        )
+    return hits[0] if hits else None
+
+
+def _checkpoint_in(directory: Path) -> Path:
+    for name in DIRECTORY_FILES:
+        if (directory / name).is_file():
+            return directory / name
+    singles = sorted(directory.glob("*.safetensors"))
+    if len(singles) == 1:
+        return singles[0]
+    present = ", ".join(sorted(p.name for p in directory.iterdir())[:8]) or "nothing"
+    raise CheckpointError(
+        f"{directory}: no checkpoint in this directory (looked for {', '.join(DIRECTORY_FILES)} "
+        f"or a single *.safetensors file); it holds: {present}"
+    )
+
+
+def _is_safetensors(path: Path) -> bool:
+    if path.suffix == ".safetensors":
+        return True
+    with path.open("rb") as fh:
+        head = fh.read(9)
+    return len(head) == 9 and head[8:9] == b"{"
+
+
+def _keys(path: Path) -> list[str]:
+    if _is_safetensors(path):
+        with _safe_open(path) as fh:
+            return list(fh.keys())
+    return list(_torch_tensors(path))
+
+
+def _tensor(path: Path, key: str) -> torch.Tensor:
+    if _is_safetensors(path):
+        with _safe_open(path) as fh:
+            if key not in fh.keys():
+                raise CheckpointError(f"{path}: the index puts {key!r} in this shard, but the shard has no such tensor")
+            try:
+                return fh.get_tensor(key)
+            except Exception as exc:  # noqa: BLE001 - a damaged tensor entry is "cannot read", reported plainly
+                raise CheckpointError(f"{path}: cannot read {key!r}: {_first_line(exc)}") from None
+    tensors = _torch_tensors(path)
+    if key not in tensors:
+        raise CheckpointError(f"{path}: the index puts {key!r} in this shard, but the shard has no such tensor")
+    return tensors[key].clone()  # off the memory map: the file may be closed or replaced afterwards
+
+
+def _safe_open(path: Path):
+    from safetensors import safe_open
+
     try:
-        header = json.loads(data[8 : 8 + size])
-    except ValueError as exc:
-        raise CheckpointError(f"{path}: safetensors header is not JSON ({exc})") from None
-    body, tensors = data[8 + size :], {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
+        return safe_open(str(path), framework="pt", device="cpu")
+    except Exception as exc:  # noqa: BLE001 - SafetensorError and OSError alike become one line
+        text = _first_line(exc)
+        reason = next((why for words, why in SAFETENSORS_FAULTS.items() if words in text), None)
+        raise CheckpointError(
+            f"{path}: not a readable safetensors file: {reason or text}" + (f" ({text})" if reason else "")
+        ) from None
+
+
+def _torch_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a torch file by dotted name, memory-mapped where the format allows it."""
+    try:
         try:
-            dtype = SAFETENSORS_DTYPES[info["dtype"]]
-            begin, end = info["data_offsets"]
-            shape = info["shape"]
-        except (KeyError, TypeError, ValueError):
-            raise CheckpointError(f"{path}: tensor {name!r} has an unreadable header entry {info!r}") from None
-        if not 0 <= begin <= end <= len(body):
-            raise CheckpointError(f"{path}: tensor {name!r} lies outside the file (bytes {begin}..{end})")
-        flat = torch.frombuffer(bytearray(body[begin:end]), dtype=dtype) if end > begin else torch.empty(0, dtype=dtype)
-        tensors[name] = flat.reshape(shape)
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc):
+                raise
+            obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy (pre-zip) format: no mmap
+    except Exception as exc:  # noqa: BLE001 - any load failure is "cannot read", reported plainly
+        raise CheckpointError(
+            f"{path}: neither safetensors nor a torch state dict ({type(exc).__name__}: {_first_line(exc)})"
+        ) from None
+    tensors = _flatten(obj)
+    if not tensors:
+        raise CheckpointError(f"{path}: a torch file, but it holds no tensors (got {type(obj).__name__})")
     return tensors
-
-
-def write_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
-    """A minimal writer (contiguous, little-endian), for the tests' fixtures."""
-    codes = {v: k for k, v in SAFETENSORS_DTYPES.items()}
-    header, chunks, offset = {}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].contiguous()
-        raw = bytes(t.view(torch.uint8).reshape(-1).tolist()) if t.numel() else b""
-        header[name] = {"dtype": codes[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
-        chunks.append(raw)
-        offset += len(raw)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(chunks))
 
 
 def _flatten(obj: object, prefix: str = "") -> dict[str, torch.Tensor]:
@@ -79,36 +168,35 @@ def _flatten(obj: object, prefix: str = "") -> dict[str, torch.Tensor]:
     return out
 
 
-def read_tensors(path: str | Path) -> dict[str, torch.Tensor]:
-    """Every tensor in the file by dotted name: safetensors, else a (possibly nested) torch state dict."""
-    path = Path(path)
+def _index(path: Path) -> dict[str, Path]:
+    """A shard index's tensor -> shard file map; every shard it names must exist (none is opened here)."""
+    data = _json(path, "shard index")
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(f"{path}: not a shard index (no 'weight_map' of tensor name -> shard file)")
+    for shard in sorted(set(weight_map.values())):
+        if not (path.parent / shard).is_file():
+            where = path.parent
+            raise CheckpointError(f"{path}: names shard {shard!r}, which is not in {where} (incomplete download?)")
+    return {key: path.parent / shard for key, shard in weight_map.items()}
+
+
+def _config(path: Path) -> tuple[dict | None, Path | None]:
     if not path.is_file():
-        raise CheckpointError(f"{path}: no such file")
-    with path.open("rb") as fh:
-        head = fh.read(9)
-    if len(head) == 9 and head[8:9] == b"{":
-        return read_safetensors(path)
+        return None, None
+    data = _json(path, "config")
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: a config must be a JSON object, got {type(data).__name__}")
+    return data, path
+
+
+def _json(path: Path, what: str) -> object:
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any load failure is "cannot read", reported plainly
-        raise CheckpointError(
-            f"{path}: neither safetensors nor a torch state dict ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''})"
-        ) from None
-    tensors = _flatten(obj)
-    if not tensors:
-        raise CheckpointError(f"{path}: a torch file, but it holds no tensors (got {type(obj).__name__})")
-    return tensors
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: the {what} is not readable JSON ({_first_line(exc)})") from None
 
 
-def find_key(tensors: dict[str, torch.Tensor], name: str, required: bool) -> str | None:
-    """The one key named ``name`` or ending in ``.name`` (a module prefix)."""
-    hits = sorted(k for k in tensors if k == name or k.endswith("." + name))
-    if len(hits) > 1:
-        raise CheckpointError(f"several tensors could be {name!r}: {', '.join(hits)}")
-    if not hits and required:
-        shown = ", ".join(sorted(tensors)[:8]) + (" ..." if len(tensors) > 8 else "")
-        raise CheckpointError(
-            f"no {name!r} tensor (EAGLE3 drafts store one, maybe under a module prefix); the file has: {shown}"
-        )
-    return hits[0] if hits else None
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

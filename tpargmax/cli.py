@@ -1,71 +1,16 @@
 """The ``tpargmax`` command: ``check-d2t``, ``repro``, ``promote``, ``fuzz``, ``report`` and ``throughput``.
 
-``check-d2t`` exits 0 when ``use_local_argmax_reduction`` is safe for the draft's
-d2t table, 1 when it is unsafe or invalid, 2 when the file cannot be read or
-lacks the keys.
+Each subcommand's module is imported only when it runs, so ``--help`` and
+``check-d2t`` stay quick.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import tpargmax  # noqa: F401 - puts the checkout on sys.path
 from sharded import quiet_numpy_notice
-
-
-def check_d2t(args: argparse.Namespace) -> int:
-    import torch
-
-    from properties.d2t_findings import check_tie, targets_of
-    from reference.d2t import NON_MONOTONE, analyse_d2t
-    from sharded.impls import load_impl
-    from tpargmax.checkpoint import CheckpointError, find_key, read_tensors
-
-    try:
-        tensors = read_tensors(args.path)
-        d2t_key = find_key(tensors, "d2t", required=True)
-        t2d_key = find_key(tensors, "t2d", required=False)
-        d2t, t2d = tensors[d2t_key], None if t2d_key is None else tensors[t2d_key]
-        if t2d is not None and t2d.ndim != 1:
-            raise CheckpointError(f"{t2d_key!r} must be a 1-D mask over the target vocabulary, got {tuple(t2d.shape)}")
-        report = analyse_d2t(d2t, args.target_vocab, t2d)
-    except (CheckpointError, ValueError) as exc:  # analyse_d2t names a d2t that is not 1-D integer offsets
-        where = "" if isinstance(exc, CheckpointError) else f"{args.path}: "
-        print(f"tpargmax check-d2t: {where}{exc}", file=sys.stderr)
-        return 2
-    finding = None
-    if report.kind == NON_MONOTONE:  # confirm by running the local path against the oracle
-        i, j = report.first_inversion[:2]
-        target_vocab = report.target_vocab or int(targets_of(d2t).max()) + 1
-        finding = check_tie(load_impl("vllm_pairs"), d2t.to(torch.int64), target_vocab, i, j)
-    verdict = "safe" if report.safe else "NOT safe"
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "path": args.path,
-                    "d2t_key": d2t_key,
-                    "t2d_key": t2d_key,
-                    **report.to_json(),
-                    "counterexample": None if finding is None else vars(finding),
-                },
-                indent=2,
-            )
-        )
-    else:
-        print(
-            f"{args.path}: d2t {d2t_key!r} ({report.draft_vocab} draft ids)"
-            + (f", t2d {t2d_key!r} ({t2d.numel()} targets)" if t2d is not None else ", no t2d")
-            + (f", target vocabulary {report.target_vocab}" if report.target_vocab is not None else "")
-        )
-        print(f"classification: {report.kind}")
-        print(f"evidence: {report.evidence()}")
-        if finding is not None:
-            print(f"counterexample (vllm_pairs against the classic path): {finding}")
-        print(f"use_local_argmax_reduction: {verdict} for this draft")
-    return 0 if report.safe else 1
 
 
 def _lazy(module: str, name: str):
@@ -74,14 +19,32 @@ def _lazy(module: str, name: str):
     return getattr(importlib.import_module(module), name)
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tpargmax", description="Token-exact checks of TP local argmax.")
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check-d2t", help="classify a draft checkpoint's d2t table")
-    check.add_argument("path", help="a .safetensors file or a torch state dict")
-    check.add_argument("--target-vocab", type=int, help="target vocabulary size (default: t2d's length, if any)")
+    check.add_argument(
+        "path",
+        help="a draft directory (config.json with model.safetensors, a shard index or pytorch_model.bin), "
+        "a .safetensors or torch file, or a *.index.json",
+    )
+    check.add_argument(
+        "--target-vocab",
+        type=_positive,
+        help="target vocabulary size (default: config.json's vocab_size, else t2d's length)",
+    )
     check.add_argument("--json", action="store_true", help="print one JSON object")
-    check.set_defaults(run=check_d2t)
+    check.set_defaults(run=lambda args: _lazy("tpargmax.check_d2t", "check_d2t")(args))
 
     rep = commands.add_parser("repro", help="replay repro files (or directories of them)")
     rep.add_argument("files", nargs="+", help="repro .json files or directories holding them")
