@@ -62,11 +62,24 @@ def bad(tmp_path, how: str) -> str:
         (tmp_path / "config.json").write_text(json.dumps(CONFIG))
         (tmp_path / "README.md").write_text("a model card")
         return str(tmp_path)
+    elif how == "index names the wrong shard":
+        write_draft(tmp_path, dict(zip(("d2t", "t2d"), eagle3_tables(), strict=True)), WEIGHTS, "shards", CONFIG)
+        index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+        index["weight_map"]["d2t"] = "model-00001-of-00002.safetensors"
+        (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+        return str(tmp_path)
+    elif how in ("config not JSON", "index not JSON"):
+        write_draft(tmp_path, dict(zip(("d2t", "t2d"), eagle3_tables(), strict=True)), WEIGHTS, "shards", CONFIG)
+        broken = "config.json" if how == "config not JSON" else "model.safetensors.index.json"
+        (tmp_path / broken).write_text('{"vocab_size": 256,')  # cut off mid-download
+        return str(tmp_path)
     elif how == "not a checkpoint":
         path = tmp_path / "draft.bin"
         path.write_bytes(b"not a checkpoint at all")
     elif how == "no such file":
         path = tmp_path / "missing.safetensors"
+    elif how == "a Hugging Face id":
+        return "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
     elif how == "no d2t":
         path = HERE / "no_d2t.safetensors"
     return str(path)
@@ -78,9 +91,13 @@ BAD = {  # how the file is damaged -> words the one-line reason must hold
     "offsets outside the file": "tensor offsets do not end where the file ends",
     "index names a missing shard": "names shard 'model-00001-of-00002.safetensors', which is not in",
     "directory without a checkpoint": "no checkpoint in this directory",
+    "index names the wrong shard": "the index puts 'd2t' in this shard, but the shard has no such tensor",
+    "config not JSON": "config.json: the config is not readable JSON",
+    "index not JSON": "model.safetensors.index.json: the shard index is not readable JSON",
     "not a checkpoint": "neither safetensors nor a torch state dict",
     "no such file": "no such file or directory",
     "no d2t": "no 'd2t' tensor",
+    "a Hugging Face id": "download it first: hf download yuhuili/EAGLE3-LLaMA3.1-Instruct-8B --local-dir DIR",
 }
 
 

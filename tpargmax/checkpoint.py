@@ -58,7 +58,9 @@ def read_draft(path: str | Path) -> DraftTables:
     if path.is_dir():
         path = _checkpoint_in(path)
     elif not path.is_file():
-        raise CheckpointError(f"{path}: no such file or directory")
+        hub_id = len(path.parts) == 2 and not str(path).startswith((".", "/", "~"))
+        hint = f"; a Hugging Face id? download it first: hf download {path} --local-dir DIR" if hub_id else ""
+        raise CheckpointError(f"{path}: no such file or directory{hint}")
     keys = _index(path) if path.name.endswith(".index.json") else dict.fromkeys(_keys(path), path)
     d2t_key = find_key(keys, "d2t", required=True)
     t2d_key = find_key(keys, "t2d", required=False)
@@ -112,18 +114,16 @@ def _keys(path: Path) -> list[str]:
 
 
 def _tensor(path: Path, key: str) -> torch.Tensor:
-    if _is_safetensors(path):
-        with _safe_open(path) as fh:
-            if key not in fh.keys():
-                raise CheckpointError(f"{path}: the index puts {key!r} in this shard, but the shard has no such tensor")
-            try:
-                return fh.get_tensor(key)
-            except Exception as exc:  # noqa: BLE001 - a damaged tensor entry is "cannot read", reported plainly
-                raise CheckpointError(f"{path}: cannot read {key!r}: {_first_line(exc)}") from None
-    tensors = _torch_tensors(path)
-    if key not in tensors:
+    """One tensor, copied off the memory map (the file may be replaced afterwards)."""
+    if key not in _keys(path):  # only an index can send us to a shard without the key
         raise CheckpointError(f"{path}: the index puts {key!r} in this shard, but the shard has no such tensor")
-    return tensors[key].clone()  # off the memory map: the file may be closed or replaced afterwards
+    if not _is_safetensors(path):
+        return _torch_tensors(path)[key].clone()
+    with _safe_open(path) as fh:
+        try:
+            return fh.get_tensor(key)
+        except Exception as exc:  # noqa: BLE001 - a damaged tensor entry is "cannot read", reported plainly
+            raise CheckpointError(f"{path}: cannot read {key!r}: {_first_line(exc)}") from None
 
 
 def _safe_open(path: Path):
