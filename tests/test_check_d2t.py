@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tests.d2t_fixtures import FORMS, HERE, corrupted, eagle3_tables, write_all, write_draft
+from tests.suite import ROOT
 from tpargmax.cli import main
 
 EXPECTED = {  # file -> (classification, exit status, words naming the offending ids)
@@ -169,3 +170,12 @@ def test_the_config_gives_the_target_vocabulary_and_is_cross_checked(config, arg
 def test_stored_fixtures_are_what_the_builder_makes(tmp_path):
     for path in write_all(tmp_path):
         assert (HERE / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_readme_shows_what_the_command_prints(monkeypatch, capsys):
+    command = "$ .venv/bin/tpargmax check-d2t tests/fixtures/d2t/swapped.safetensors\n"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shown = readme[readme.index(command) + len(command) :].split("```", 1)[0]
+    monkeypatch.chdir(ROOT)
+    main(["check-d2t", "tests/fixtures/d2t/swapped.safetensors"])
+    assert capsys.readouterr().out == shown
