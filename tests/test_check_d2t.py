@@ -56,7 +56,7 @@ def bad(tmp_path, how: str) -> str:
         text = json.dumps(header).encode()
         path.write_bytes(len(text).to_bytes(8, "little") + text + good[8 + size :])
     elif how == "index names a missing shard":
-        write_draft(tmp_path, dict(zip(("d2t", "t2d"), eagle3_tables(), strict=True)), WEIGHTS, "shards", CONFIG)
+        write_draft(tmp_path, TABLES, WEIGHTS, "shards", CONFIG)
         (tmp_path / "model-00001-of-00002.safetensors").unlink()
         return str(tmp_path)
     elif how == "directory without a checkpoint":
@@ -64,13 +64,13 @@ def bad(tmp_path, how: str) -> str:
         (tmp_path / "README.md").write_text("a model card")
         return str(tmp_path)
     elif how == "index names the wrong shard":
-        write_draft(tmp_path, dict(zip(("d2t", "t2d"), eagle3_tables(), strict=True)), WEIGHTS, "shards", CONFIG)
+        write_draft(tmp_path, TABLES, WEIGHTS, "shards", CONFIG)
         index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
         index["weight_map"]["d2t"] = "model-00001-of-00002.safetensors"
         (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
         return str(tmp_path)
     elif how in ("config not JSON", "index not JSON"):
-        write_draft(tmp_path, dict(zip(("d2t", "t2d"), eagle3_tables(), strict=True)), WEIGHTS, "shards", CONFIG)
+        write_draft(tmp_path, TABLES, WEIGHTS, "shards", CONFIG)
         broken = "config.json" if how == "config not JSON" else "model.safetensors.index.json"
         (tmp_path / broken).write_text('{"vocab_size": 256,')  # cut off mid-download
         return str(tmp_path)
@@ -112,6 +112,7 @@ def test_bad_checkpoints_exit_2_with_a_one_line_reason(how, tmp_path, capsys):
 
 
 CONFIG = {"architectures": ["LlamaForCausalLMEagle3"], "vocab_size": 256, "draft_vocab_size": 24}
+TABLES = dict(zip(("d2t", "t2d"), eagle3_tables(), strict=True))  # the good EAGLE3 tables, unprefixed
 WEIGHTS = {f"model.layers.{i}.mlp.weight": torch.full((8, 8), float(i)) for i in range(4)}
 
 
@@ -158,8 +159,7 @@ def test_an_index_opens_only_the_shard_that_holds_the_tables(tmp_path, capsys):
     ],
 )
 def test_the_config_gives_the_target_vocabulary_and_is_cross_checked(config, args, status, words, tmp_path, capsys):
-    d2t, t2d = eagle3_tables()
-    write_draft(tmp_path, {"d2t": d2t, "t2d": t2d}, WEIGHTS, "safetensors", config)
+    write_draft(tmp_path, TABLES, WEIGHTS, "safetensors", config)
     assert main(["check-d2t", str(tmp_path), *args]) == status
     out = capsys.readouterr().out
     assert all(w in out for w in words), out

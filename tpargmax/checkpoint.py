@@ -11,6 +11,8 @@ index opens only the shard(s) that hold the tables. Every failure is a
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,17 +63,34 @@ def read_draft(path: str | Path) -> DraftTables:
         hub_id = len(path.parts) == 2 and not str(path).startswith((".", "/", "~"))
         hint = f"; a Hugging Face id? download it first: hf download {path} --local-dir DIR" if hub_id else ""
         raise CheckpointError(f"{path}: no such file or directory{hint}")
-    keys = _index(path) if path.name.endswith(".index.json") else dict.fromkeys(_keys(path), path)
-    d2t_key = find_key(keys, "d2t", required=True)
-    t2d_key = find_key(keys, "t2d", required=False)
-    d2t = _tensor(keys[d2t_key], d2t_key)
-    t2d = None if t2d_key is None else _tensor(keys[t2d_key], t2d_key)
-    opened = tuple(dict.fromkeys(keys[k] for k in (d2t_key, t2d_key) if k is not None))
-    config_path = path.parent / "config.json"
-    return DraftTables(d2t, t2d, d2t_key, t2d_key, opened, *_config(config_path))
+    if path.name.endswith(".index.json"):
+        shard_of = _index(path)
+        d2t_key, t2d_key = _table_keys(shard_of)
+        wanted = [k for k in (d2t_key, t2d_key) if k is not None]
+        opened, tensors = tuple(dict.fromkeys(shard_of[k] for k in wanted)), {}
+        for shard in opened:  # each shard that holds a table, opened once
+            with _opened(shard) as (names, get):
+                for key in (k for k in wanted if shard_of[k] == shard):
+                    if key not in names:
+                        raise CheckpointError(
+                            f"{shard}: the index puts {key!r} in this shard, but the shard has no such tensor"
+                        )
+                    tensors[key] = get(key)
+    else:
+        with _opened(path) as (names, get):
+            d2t_key, t2d_key = _table_keys(names)
+            tensors = {k: get(k) for k in (d2t_key, t2d_key) if k is not None}
+        opened = (path,)
+    t2d = None if t2d_key is None else tensors[t2d_key]
+    return DraftTables(tensors[d2t_key], t2d, d2t_key, t2d_key, opened, *_config(path.parent / "config.json"))
 
 
-def find_key(keys: dict[str, Path] | list[str], name: str, required: bool) -> str | None:
+def _table_keys(names: Iterable[str]) -> tuple[str, str | None]:
+    names = list(names)
+    return find_key(names, "d2t", required=True), find_key(names, "t2d", required=False)
+
+
+def find_key(keys: list[str], name: str, required: bool) -> str | None:
     """The one key named ``name`` or ending in ``.name`` (a module prefix)."""
     hits = sorted(k for k in keys if k == name or k.endswith("." + name))
     if len(hits) > 1:
@@ -106,24 +125,22 @@ def _is_safetensors(path: Path) -> bool:
     return len(head) == 9 and head[8:9] == b"{"
 
 
-def _keys(path: Path) -> list[str]:
-    if _is_safetensors(path):
-        with _safe_open(path) as fh:
-            return list(fh.keys())
-    return list(_torch_tensors(path))
-
-
-def _tensor(path: Path, key: str) -> torch.Tensor:
-    """One tensor, copied off the memory map (the file may be replaced afterwards)."""
-    if key not in _keys(path):  # only an index can send us to a shard without the key
-        raise CheckpointError(f"{path}: the index puts {key!r} in this shard, but the shard has no such tensor")
+@contextmanager
+def _opened(path: Path) -> Iterator[tuple[set[str], Callable[[str], torch.Tensor]]]:
+    """The file's tensor names, and a reader of one tensor copied off the memory map (the file may change later)."""
     if not _is_safetensors(path):
-        return _torch_tensors(path)[key].clone()
+        tensors = _torch_tensors(path)
+        yield set(tensors), lambda key: tensors[key].clone()
+        return
     with _safe_open(path) as fh:
-        try:
-            return fh.get_tensor(key)
-        except Exception as exc:  # noqa: BLE001 - a damaged tensor entry is "cannot read", reported plainly
-            raise CheckpointError(f"{path}: cannot read {key!r}: {_first_line(exc)}") from None
+
+        def get(key: str) -> torch.Tensor:
+            try:
+                return fh.get_tensor(key)
+            except Exception as exc:  # noqa: BLE001 - a damaged tensor entry is "cannot read", reported plainly
+                raise CheckpointError(f"{path}: cannot read {key!r}: {_first_line(exc)}") from None
+
+        yield set(fh.keys()), get
 
 
 def _safe_open(path: Path):
