@@ -1,31 +1,20 @@
 """A drawn case is structure (sizes, plans, a seed); tensors are built from it deterministically.
 
-Hypothesis draws a :class:`Case`; :func:`build` turns it into the head (its
-rows by global id, plus the row every padding row holds), hidden states, bias
-and d2t with a seeded ``torch.Generator``.  The same
-``Case`` repr rebuilds the same tensors anywhere, which is what replay relies on.
-
-Planted structure, and why it is exact:
-
-* ``int`` weights and hidden states are small integers, so every dot product is
-  exact in fp32 and copied weight rows give bit-identical logits (real ties).
-* Feature 0 of the hidden state is a per-row "boost" switch (0 or 2); planted
-  ids get weight 256 there, so on boosted rows they beat every other logit.
-* Feature 1 is the "-inf row" switch: every weight row has -1 there, so a
-  hidden value of +inf makes the whole row ``-inf``.
-* Special values go through the bias, planted after the cast to the dtype.
-* The padding plan is a trap in every row that is not a token: both padding
-  blocks and the ids at or above the logits vocabulary.
+Hypothesis draws a :class:`Case`; :func:`properties.case_tensors.build` turns it
+into :class:`Inputs`: the head (its rows by global id, plus the row every padding
+row holds), hidden states, bias and d2t, from a seeded ``torch.Generator``.  The
+same ``Case`` repr rebuilds the same tensors anywhere, which is what replay relies on.
+A case may come from someone else's text or file, so it checks its own fields.
 """
 
 from __future__ import annotations
 
-import random
+import math
 from dataclasses import MISSING, dataclass, fields, replace
 
 import torch
 
-from reference.head import DEFAULT_PADDING_SIZE
+from reference.head import DEFAULT_PADDING_SIZE, check_vocab
 from sharded.layout import ShardLayout, vocab_parallel_layout
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -53,8 +42,6 @@ SPECIAL_PLANS = (
 )
 PADDING_PLANS = ("zero", "above_max", "copy_max", "nan")
 D2T_PLANS = ("none", "zeros", "eagle3")
-BOOST = 256.0
-LOW = -1024.0
 
 
 @dataclass(frozen=True, repr=False)
@@ -92,21 +79,62 @@ class Case:
         printer.text(repr(self))
 
     def __post_init__(self) -> None:
-        if self.hidden < 3:
-            raise ValueError("hidden must be >= 3: features 0 and 1 are the boost and -inf switches")
+        """A case may come from someone else's file or command line: every field is checked before any use."""
+        for f in fields(self):
+            what = _field_rule(f.name, getattr(self, f.name))
+            if what:
+                raise ValueError(f"Case field {f.name!r} must be {what}, got {shown(getattr(self, f.name))}")
         if self.specials and not self.bias:
-            raise ValueError("special-value plans are planted through the bias: set bias=True")
-        for name, value, allowed in (
-            ("dtype", self.dtype, DTYPES),
-            ("weights", self.weights, ("int", "normal")),
-            ("padding", self.padding, PADDING_PLANS),
-            ("d2t", self.d2t, D2T_PLANS),
-        ):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
-        unknown = set(self.ties) - set(TIE_PLANS) | set(self.specials) - set(SPECIAL_PLANS)
-        if unknown:
-            raise ValueError(f"unknown plans {sorted(unknown)}")
+            raise ValueError("Case field 'bias' must be True: special-value plans are planted through the bias")
+        check_vocab(self.vocab, self.added, self.padding_size, self.logits_vocab or self.vocab + self.added, self.tp)
+        if (self.vocab + self.added + 1) * self.hidden > MAX_ELEMENTS or self.batch * self.hidden > MAX_ELEMENTS:
+            raise ValueError(
+                f"Case fields 'vocab', 'added', 'batch' and 'hidden' make tensors of more than {MAX_ELEMENTS} "
+                f"elements: head ({self.vocab} + {self.added} + 1) x {self.hidden}, hidden {self.batch} x {self.hidden}"
+            )
+
+
+# Sanity bounds on a case's sizes: far above what the strategies draw (vocabularies up to 262144, tp up to 8),
+# and small enough that a case read from someone else's file cannot ask for more memory than a laptop has.
+INT_BOUNDS = {
+    "batch": (1, 4096),
+    "hidden": (3, 65536),  # features 0 and 1 are the boost and -inf switches, so at least 3
+    "vocab": (1, 2**21),
+    "tp": (1, 64),
+    "added": (0, 2**16),
+    "padding_size": (1, 2**16),
+    "logits_vocab": (1, 2**21 + 2**16),
+    "seed": (0, 2**64 - 1),
+    "target_extra": (0, 2**23),
+}
+MAX_ELEMENTS = 2**26  # in the head and in the hidden states: 256 MiB in float32
+CHOICES = {"dtype": tuple(DTYPES), "weights": ("int", "normal"), "padding": PADDING_PLANS, "d2t": D2T_PLANS}
+PLANS = {"ties": TIE_PLANS, "specials": SPECIAL_PLANS}
+
+
+def _field_rule(name: str, value: object) -> str | None:
+    """What ``value`` must be to serve as the field ``name`` (None: it is fine)."""
+    if name in INT_BOUNDS and not (name == "logits_vocab" and value is None):
+        low, high = INT_BOUNDS[name]
+        ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+        return None if ok else f"an int in [{low}, {high}]" + (" or None" if name == "logits_vocab" else "")
+    if name in ("scale", "soft_cap") and not (name == "soft_cap" and value is None):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+        return None if ok else "a finite number > 0" + (" or None" if name == "soft_cap" else "")
+    if name == "bias":
+        return None if isinstance(value, bool) else "True or False"
+    if name in CHOICES:
+        return None if isinstance(value, str) and value in CHOICES[name] else f"one of {CHOICES[name]}"
+    if name in PLANS:
+        ok = isinstance(value, tuple) and all(isinstance(p, str) and p in PLANS[name] for p in value)
+        return None if ok else f"a tuple of plan names from {PLANS[name]}"
+    return None
+
+
+def shown(value: object, width: int = 60) -> str:
+    """A value as one short line, whatever its size or content."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -171,186 +199,3 @@ def layouts_of(case: Case) -> tuple[ShardLayout, ...]:
     return vocab_parallel_layout(
         case.vocab, case.tp, added_vocab=case.added, padding_size=case.padding_size, logits_vocab=case.logits_vocab
     )
-
-
-def _ids(rng: random.Random, lay: ShardLayout, k: int) -> list[int]:
-    """Up to k of the rank's token ids, base and added alike."""
-    picks = rng.sample(range(lay.num_real + lay.num_added), min(k, lay.num_real + lay.num_added))
-    return sorted(lay.start + p if p < lay.num_real else lay.added_start + p - lay.num_real for p in picks)
-
-
-def _tie_ids(plan: str, rng: random.Random, real: list[ShardLayout]) -> list[int]:
-    if plan == "within_shard":
-        wide = [lay for lay in real if lay.num_real + lay.num_added >= 2]
-        return _ids(rng, rng.choice(wide), rng.randint(2, 3)) if wide else []
-    if plan == "across_ranks" and len(real) >= 2:
-        return [
-            _ids(rng, lay, 1)[0] for lay in sorted(rng.sample(real, rng.randint(2, len(real))), key=lambda x: x.rank)
-        ]
-    base = [lay for lay in real if lay.num_real]
-    if plan == "shard_boundary" and len(base) >= 2:
-        r = rng.randrange(len(base) - 1)
-        return [base[r + 1].start - 1, base[r + 1].start]
-    if plan == "softcap_saturation":
-        lay = rng.choice(real)
-        return _ids(rng, lay, rng.randint(2, 4))
-    added = [lay for lay in real if lay.num_added]
-    if plan == "added_tie" and added:  # an added id on rank r ties with a base id on a later rank
-        lay = rng.choice(added)
-        later = [other for other in base if other.rank > lay.rank]
-        if later:
-            return [_ids(rng, rng.choice(later), 1)[0], lay.added_start + rng.randrange(lay.num_added)]
-    if plan == "added_max" and added:
-        lay = rng.choice(added)
-        return [lay.added_start + rng.randrange(lay.num_added)]
-    return []
-
-
-def _spread(rng: random.Random, real: list[ShardLayout], k: int) -> list[int]:
-    """k real ids, each from a random rank."""
-    return sorted({_ids(rng, rng.choice(real), 1)[0] for _ in range(k)})
-
-
-def build(case: Case) -> Inputs:
-    """Deterministically build the tensors of ``case`` (same case, same bits)."""
-    g = torch.Generator().manual_seed(case.seed)
-    rng = random.Random(case.seed)
-    layouts = layouts_of(case)
-    rows, vocab, batch, hsize = case.vocab + case.added, layouts[0].vocab, case.batch, case.hidden
-    real = [lay for lay in layouts if lay.num_real or lay.num_added]
-    if case.weights == "int":
-        hidden = torch.randint(-3, 4, (batch, hsize), generator=g).float()
-        weight = torch.randint(-3, 4, (rows + 1, hsize), generator=g, dtype=torch.int8).float()
-        bias = torch.randint(-3, 4, (rows + 1,), generator=g).float() if case.bias else None
-    else:
-        hidden = torch.randn(batch, hsize, generator=g)
-        weight = torch.randn(rows + 1, hsize, generator=g)
-        bias = torch.randn(rows + 1, generator=g) if case.bias else None
-    hidden[:, 0] = torch.where(torch.rand(batch, generator=g) < 0.75, 2.0, 0.0)
-    hidden[:, 1] = 0.0
-    weight[:, 0] = 0.0
-    weight[:, 1] = -1.0
-    applied: list[str] = []
-
-    anchor = _ids(rng, rng.choice(real), 1)[0]
-    for plan in case.ties:
-        if plan == "whole_row":
-            weight[:vocab] = weight[anchor].clone()
-            if bias is not None:
-                bias[:vocab] = float(bias[anchor])
-            applied.append(plan)
-            continue
-        ids = _tie_ids(plan, rng, real)
-        if not ids:
-            continue
-        weight[ids] = weight[ids[0]].clone()
-        weight[ids, 0] = 1.5 * BOOST if plan == "added_max" else BOOST  # an added maximum beats every tie
-        if bias is not None:
-            bias[ids] = float(bias[ids[0]])
-        if plan == "softcap_saturation":  # distinct pre-cap logits that tanh flattens to one value
-            weight[ids, 0] = torch.tensor([BOOST * (1 + i / 8) for i in rng.sample(range(len(ids)), len(ids))])
-        anchor = ids[0]
-        applied.append(plan)
-    if not case.ties:
-        weight[anchor, 0] = BOOST
-
-    dtype = DTYPES[case.dtype]
-    hidden, weight = hidden.to(dtype), weight.to(dtype)
-    bias = None if bias is None else bias.to(dtype)
-    _plant_specials(case, rng, real, vocab, batch, hidden, weight, bias, applied)
-    _plant_traps(case, anchor, vocab, layouts, weight, bias, applied)
-    d2t, target_vocab = _d2t(vocab, case, g)
-    pad_bias = None if bias is None else bias[rows].clone()
-    return Inputs(
-        case,
-        hidden,
-        weight[:rows],
-        bias if bias is None else bias[:rows],
-        layouts,
-        d2t,
-        target_vocab,
-        tuple(applied),
-        pad_weight=weight[rows].clone(),
-        pad_bias=pad_bias,
-    )
-
-
-def _plant_specials(case, rng, real, vocab, batch, hidden, weight, bias, applied) -> None:
-    tiny = torch.finfo(weight.dtype).smallest_normal * torch.finfo(weight.dtype).eps  # least subnormal
-    background: dict[int, float] = {}
-    for plan in case.specials:
-        if plan == "signed_zero":  # -tiny, 0 and +tiny: under the case's scale of 0.5 they round to -0, +0, +0
-            for i, value in zip(_spread(rng, real, 3), (-tiny, 0.0, tiny), strict=False):
-                background[i] = value
-        elif plan == "subnormal":
-            for i in _spread(rng, real, rng.randint(2, 4)):
-                background[i] = tiny * rng.randint(1, 3)
-    if background or "all_negative" in case.specials:
-        bias[:vocab] = LOW
-        for i, value in background.items():
-            weight[i] = 0.0
-            bias[i] = value
-        applied.extend(p for p in ("all_negative", "signed_zero", "subnormal") if p in case.specials)
-    nan = float("nan")
-    huge = torch.finfo(weight.dtype).max
-    for plan in case.specials:
-        if plan == "nan_one_rank":
-            lay = rng.choice(real)
-            ids = _ids(rng, lay, rng.randint(1, 2))
-        elif plan == "nan_ranks":
-            ids = _spread(rng, real, rng.randint(2, 4))
-        elif plan in ("pos_inf", "neg_inf", "huge"):
-            ids = _spread(rng, real, rng.randint(1, 3))
-        elif plan == "neg_inf_rows":
-            rows = sorted(rng.sample(range(batch), rng.randint(1, batch)))
-            hidden[rows, 1] = float("inf")
-            applied.append(plan)
-            continue
-        else:
-            continue
-        for i in ids:
-            if plan.startswith("nan"):
-                bias[i] = rng.choice((nan, -nan))
-            elif plan == "huge":
-                bias[i] = rng.choice((1, -1)) * huge * rng.uniform(0.5, 1.0)
-            else:
-                bias[i] = float("inf") if plan == "pos_inf" else float("-inf")
-        applied.append(plan)
-
-
-def _plant_traps(case, anchor, vocab, layouts, weight, bias, applied) -> None:
-    """The padding plan, in the padding row (the last row of ``weight``) and in every id at or above ``vocab``."""
-    if not any(lay.num_padding for lay in layouts):
-        return
-    trap = slice(vocab, None)
-    if case.padding == "zero":
-        weight[trap] = 0.0
-        if bias is not None:
-            bias[trap] = 0.0
-    elif case.padding == "nan":
-        weight[trap] = float("nan")
-    else:
-        weight[trap] = weight[anchor].clone()
-        weight[trap, 1] = 0.0  # traps stay finite on -inf rows
-        if bias is not None:
-            bias[trap] = float(bias[anchor])
-        if case.padding == "above_max":
-            weight[trap, 0] = 2 * BOOST
-            if bias is not None:
-                bias[trap] = 2 * BOOST
-    applied.append(f"padding_{case.padding}")
-
-
-def _d2t(vocab: int, case: Case, g: torch.Generator) -> tuple[torch.Tensor | None, int]:
-    target_vocab = vocab + case.target_extra
-    if case.d2t == "none":
-        return None, vocab
-    if case.d2t == "zeros":
-        return torch.zeros(vocab, dtype=torch.int64), target_vocab
-    return eagle3_d2t(vocab, target_vocab, g), target_vocab
-
-
-def eagle3_d2t(vocab: int, target_vocab: int, g: torch.Generator) -> torch.Tensor:
-    """As EAGLE3 training code builds it: the sorted set of used target ids, ``d2t[i] = used[i] - i``."""
-    used = torch.randperm(target_vocab, generator=g)[:vocab].sort().values
-    return used - torch.arange(vocab)

@@ -15,7 +15,8 @@ from hypothesis import find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
-from properties.cases import Case, Inputs, eagle3_d2t
+from properties.case_tensors import eagle3_d2t
+from properties.cases import Case, Inputs
 from properties.checks import run_checked
 from properties.runner import oracle_tokens
 from sharded.impls import Impl

@@ -1,7 +1,10 @@
 """Replay one case without Hypothesis: ``python -m properties.replay --impl SPEC "Case(...)"``.
 
 Prints the oracle's and the implementation's tokens, the logits around both
-and, on a mismatch, the rule broken.  Exits 1 while the bug is present and 0 once it is fixed.
+and, on a mismatch, the rule broken.  Exits 1 while the bug is present and 0 once it is fixed;
+2, with one line on stderr, for a case string or an option it cannot use.  The case string is
+parsed as data (:mod:`properties.case_input`), so a pasted one never runs code; ``--impl`` imports
+the module it names, by design.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import os
 import sys
 
 from properties import runner
-from properties.cases import Case
+from properties.case_input import parse_case
 from properties.checks import TOKEN_EXACT
 from properties.diagnose import ImplementationHung, PropertyFailure, explain_tokens
 from properties.repro import check
@@ -25,17 +28,6 @@ from properties.top_k import TOP_K_EXACT, check_top_k_contract
 from sharded.impls import IMPL_ENV, load_impl
 
 TOKEN_RECORD = {"property": TOKEN_EXACT}  # replays the output contract and token equality
-
-
-def parse_case(text: str) -> Case:
-    """Read a ``Case(...)`` repr as printed in failure messages (nothing else is evaluated)."""
-    try:
-        case = eval(text, {"__builtins__": {}}, {"Case": Case})  # noqa: S307 - namespace holds only Case
-    except Exception as exc:
-        raise SystemExit(f"cannot read the case {text!r}: {exc}") from None
-    if not isinstance(case, Case):
-        raise SystemExit(f"expected Case(...), got {type(case).__name__}")
-    return case
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,12 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runner.collective_timeout = args.collective_timeout
     try:
+        case = parse_case(args.case)
         impl = load_impl(args.impl or os.environ.get(IMPL_ENV) or "vllm_pairs")
-    except ValueError as exc:
-        parser.error(str(exc))
-    runner.pin_heads([impl])  # a model class's fixed head, as the suite ran it
-    backend = args.backend or ("gloo" if impl.process_bound else "sim")
-    inputs = runner.prepare(parse_case(args.case), backend)
+        runner.pin_heads([impl])  # a model class's fixed head, as the suite ran it
+        backend = args.backend or ("gloo" if impl.process_bound else "sim")
+        inputs = runner.prepare(case, backend)
+        if args.k is not None and not 1 <= args.k <= inputs.vocab:
+            raise ValueError(f"--k must be from 1 to the case's {inputs.vocab} token ids, got {args.k}")
+    except ValueError as exc:  # one line, nothing run: the case string, --impl or --k cannot be used
+        print(f"{parser.prog}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
     print(f"implementation: {impl} on {backend}, tp={inputs.tp}\ncase: {inputs.case!r}")
     if args.k is None:
         for line in explain_tokens(impl, inputs):

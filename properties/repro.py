@@ -21,25 +21,17 @@ import hypothesis
 import torch
 
 from properties import checks, top_k
-from properties.cases import Case, Inputs, layouts_of
+from properties.cases import Inputs
+from properties.repro_reader import FORMAT, read_record
 from sharded.impls import load_impl
 
-FORMAT = "tpargmax-repro/2"
-OLD_FORMATS = ("tpargmax-repro/1",)  # weight held every padded row in rank order (no added ids then)
 INLINE_BYTES = 64 * 1024
 TENSORS = ("hidden", "weight", "bias", "d2t", "pad_weight", "pad_bias")
-DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool)}
 
 
 def _encode(t: torch.Tensor) -> dict[str, Any]:
     raw = bytes(t.contiguous().reshape(-1).view(torch.uint8).tolist()) if t.numel() else b""
     return {"dtype": str(t.dtype), "shape": list(t.shape), "hex": raw.hex()}
-
-
-def _decode(d: dict[str, Any]) -> torch.Tensor:
-    raw = bytearray.fromhex(d["hex"])
-    flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-    return flat.view(DTYPES[d["dtype"]]).reshape(d["shape"]).clone()
 
 
 def write(directory: str | Path, repro: dict[str, Any], blob: str | None = None, test: str = "property") -> Path:
@@ -81,39 +73,24 @@ def write(directory: str | Path, repro: dict[str, Any], blob: str | None = None,
     return path
 
 
+class DamagedRepro(ValueError):
+    """A repro file that cannot be replayed as it stands; the message is one line and names the file."""
+
+
 def load(path: str | Path, backend: str | None = None) -> tuple[dict[str, Any], Inputs]:
-    """The record and its exact inputs (from the stored tensors), on ``backend`` or the recorded one."""
+    """The record and its exact inputs (from the stored tensors), on ``backend`` or the recorded one.
+
+    Repro files come from other machines and other people: every field, the side file's place and the
+    tensors' shapes are checked, and anything wrong is a :class:`DamagedRepro`.
+    """
     path = Path(path)
-    record = json.loads(path.read_text(encoding="utf-8"))
-    if record.get("format") not in (FORMAT, *OLD_FORMATS):
-        raise ValueError(f"{path}: not a {FORMAT} file (format {record.get('format')!r})")
-    case = Case(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["case_fields"].items()})
-    if "tensors" in record:
-        tensors = {name: _decode(d) for name, d in record["tensors"].items()}
-    else:
-        tensors = torch.load(path.parent / record["tensors_file"], weights_only=True)
-    if record["format"] in OLD_FORMATS:  # every padding row was the same: keep one
-        for name, pad in (("weight", "pad_weight"), ("bias", "pad_bias")):
-            if name in tensors and tensors[name].shape[0] > case.vocab:
-                tensors[pad] = tensors[name][case.vocab]
-            if name in tensors:
-                tensors[name] = tensors[name][: case.vocab]
-    inputs = Inputs(
-        case,
-        tensors["hidden"],
-        tensors["weight"],
-        tensors.get("bias"),
-        layouts_of(case),
-        tensors.get("d2t"),
-        record["target_vocab"],
-        tuple(record["applied"]),
-        record["backend"],
-        tensors.get("pad_weight"),
-        tensors.get("pad_bias"),
-    )
-    if backend is not None:
-        inputs = replace(inputs, backend=backend)
-    return record, inputs
+    try:
+        record, inputs = read_record(path)
+    except OSError as exc:
+        raise DamagedRepro(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise DamagedRepro(f"{path}: {' '.join(str(exc).split())}") from None
+    return record, inputs if backend is None else replace(inputs, backend=backend)
 
 
 TOP_K_CHECKS = {

@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from properties.cases import Case, Inputs, build
+from properties.case_tensors import build
+from properties.cases import Case, Inputs
 from reference.oracle import draft_logits, tokens_from_draft_logits
 from reference.topk import classic_top_k
 from sharded.group import Traffic

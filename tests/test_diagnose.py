@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from properties.cases import Case, build
+from properties.case_tensors import build
+from properties.cases import Case
 from properties.checks import check_token_exact, check_tp_invariance
 from properties.diagnose import PropertyFailure
 from sharded.impls import Impl, load_impl

@@ -14,7 +14,8 @@ pytest.importorskip("vllm", reason=INSTALL_HINT)
 
 import torch  # noqa: E402
 
-from properties.cases import Case, build  # noqa: E402
+from properties.case_tensors import build  # noqa: E402
+from properties.cases import Case  # noqa: E402
 from properties.runner import oracle_tokens, rank_kwargs  # noqa: E402
 from sharded import vllm_models  # noqa: E402
 from sharded.pool import RankPool  # noqa: E402

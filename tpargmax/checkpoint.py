@@ -3,7 +3,8 @@
 A path may be a ``.safetensors`` file, a torch file, a shard index
 (``*.index.json``) or a directory holding one of those beside ``config.json``.
 Safetensors files are memory-mapped through the ``safetensors`` library and only
-the two tables are read; torch files go through ``torch.load(mmap=True)``; an
+the two tables are read; torch files are loaded weights-only and memory-mapped
+(:mod:`properties.torch_files`), so a pickled object is refused, never run; an
 index opens only the shard(s) that hold the tables. Every failure is a
 :class:`CheckpointError` whose message is one line naming the file and the fault.
 """
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from properties.torch_files import first_line, load_weights_only
 
 # What a published draft directory holds, in the order engines look for them.
 DIRECTORY_FILES = (
@@ -138,7 +141,7 @@ def _opened(path: Path) -> Iterator[tuple[set[str], Callable[[str], torch.Tensor
             try:
                 return fh.get_tensor(key)
             except Exception as exc:  # noqa: BLE001 - a damaged tensor entry is "cannot read", reported plainly
-                raise CheckpointError(f"{path}: cannot read {key!r}: {_first_line(exc)}") from None
+                raise CheckpointError(f"{path}: cannot read {key!r}: {first_line(exc)}") from None
 
         yield set(fh.keys()), get
 
@@ -149,7 +152,7 @@ def _safe_open(path: Path):
     try:
         return safe_open(str(path), framework="pt", device="cpu")
     except Exception as exc:  # noqa: BLE001 - SafetensorError and OSError alike become one line
-        text = _first_line(exc)
+        text = first_line(exc)
         reason = next((why for words, why in SAFETENSORS_FAULTS.items() if words in text), None)
         raise CheckpointError(
             f"{path}: not a readable safetensors file: {reason or text}" + (f" ({text})" if reason else "")
@@ -159,16 +162,9 @@ def _safe_open(path: Path):
 def _torch_tensors(path: Path) -> dict[str, torch.Tensor]:
     """Every tensor of a torch file by dotted name, memory-mapped where the format allows it."""
     try:
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as exc:
-            if "mmap" not in str(exc):
-                raise
-            obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy (pre-zip) format: no mmap
-    except Exception as exc:  # noqa: BLE001 - any load failure is "cannot read", reported plainly
-        raise CheckpointError(
-            f"{path}: neither safetensors nor a torch state dict ({type(exc).__name__}: {_first_line(exc)})"
-        ) from None
+        obj = load_weights_only(path, mmap=True)
+    except ValueError as exc:
+        raise CheckpointError(f"{path}: neither safetensors nor a torch state dict ({exc})") from None
     tensors = _flatten(obj)
     if not tensors:
         raise CheckpointError(f"{path}: a torch file, but it holds no tensors (got {type(obj).__name__})")
@@ -192,6 +188,8 @@ def _index(path: Path) -> dict[str, Path]:
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise CheckpointError(f"{path}: not a shard index (no 'weight_map' of tensor name -> shard file)")
     for shard in sorted(set(weight_map.values())):
+        if path.parent.resolve() not in (path.parent / shard).resolve().parents:  # absolute, '..' or a link out
+            raise CheckpointError(f"{path}: names shard {shard!r}, outside its directory; only shards in it are read")
         if not (path.parent / shard).is_file():
             where = path.parent
             raise CheckpointError(f"{path}: names shard {shard!r}, which is not in {where} (incomplete download?)")
@@ -211,9 +209,4 @@ def _json(path: Path, what: str) -> object:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: the {what} is not readable JSON ({_first_line(exc)})") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+        raise CheckpointError(f"{path}: the {what} is not readable JSON ({first_line(exc)})") from None

@@ -46,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(run=lambda args: _lazy("tpargmax.check_d2t", "check_d2t")(args))
 
-    rep = commands.add_parser("repro", help="replay repro files (or directories of them)")
+    rep = commands.add_parser(
+        "repro", help="replay repro files (or directories of them): exit 0 fixed, 1 still failing, 2 unreadable"
+    )
     rep.add_argument("files", nargs="+", help="repro .json files or directories holding them")
     rep.add_argument("--impl", help="replay against this implementation instead of the recorded one")
     rep.add_argument("--backend", choices=("sim", "gloo"), help="replay on this backend instead of the recorded one")

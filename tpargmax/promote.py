@@ -10,19 +10,26 @@ import argparse
 import datetime
 import difflib
 import hashlib
+import re
+import sys
 from pathlib import Path
 
 from properties import repro
+from properties.cases import Case
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path("properties") / "strategies.py"
 
 
-def patch_for(record: dict) -> str:
+def patch_for(record: dict, case: Case) -> str:
+    """The patch, written from the parsed case (never the record's own text) and one-line, printable words."""
     lines = (ROOT / TARGET).read_text(encoding="utf-8").splitlines(keepends=True)
     start = next(i for i, line in enumerate(lines) if line.startswith("EDGE_CASES = ("))
     end = next(i for i in range(start, len(lines)) if lines[i].startswith(")"))
-    pinned = f"    {record['case']},  # promoted: {record['rule']} ({record['impl']}, {record['created'][:10]})\n"
+    day = record.get("created", "")[:10]
+    if not re.fullmatch(r"\d{4}-\d\d-\d\d", day):
+        day = "undated"
+    pinned = f"    {case!r},  # promoted: {record['rule']} ({record['impl']}, {day})\n"
     if pinned.split("#")[0] in "".join(lines[start:end]):
         return ""
     new = [*lines[:end], pinned, *lines[end:]]
@@ -30,8 +37,12 @@ def patch_for(record: dict) -> str:
 
 
 def promote(args: argparse.Namespace) -> int:
-    record, _ = repro.load(args.file)
-    text = patch_for(record)
+    try:
+        record, inputs = repro.load(args.file)
+    except repro.DamagedRepro as exc:
+        print(f"tpargmax promote: {exc}", file=sys.stderr)
+        return 2
+    text = patch_for(record, inputs.case)
     if not text:
         print(f"{args.file}: its case is already pinned in {TARGET}")
         return 0

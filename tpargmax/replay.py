@@ -1,8 +1,13 @@
-"""``tpargmax repro FILE``: replay a repro file deterministically and explain what happened."""
+"""``tpargmax repro FILE``: replay a repro file deterministically and explain what happened.
+
+Exit 0: every file's property holds now; 1: some file still fails; 2: some file could not be replayed
+(damaged, or its implementation cannot be loaded), each named in one line on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from properties import repro, runner
@@ -14,20 +19,21 @@ def replay(args: argparse.Namespace) -> int:
     runner.collective_timeout = args.collective_timeout
     files = [f for p in args.files for f in (sorted(Path(p).glob("*.json")) if Path(p).is_dir() else [Path(p)])]
     if not files:
-        print("tpargmax repro: no repro files given or found")
+        print("tpargmax repro: no repro files given or found", file=sys.stderr)
         return 2
-    failed = 0
+    failed = unreadable = 0
     for path in files:
         try:
             record, inputs = repro.load(path, backend=args.backend)
             impl = load_impl(args.impl or record["impl"])
-        except (OSError, ValueError, KeyError) as exc:
-            print(f"{path}: cannot replay: {exc}")
-            failed += 1
+        except ValueError as exc:  # a damaged file (a DamagedRepro names it), or an implementation that won't load
+            where = "" if isinstance(exc, repro.DamagedRepro) else f"{path}: "
+            print(f"tpargmax repro: {where}{' '.join(str(exc).split())}", file=sys.stderr)
+            unreadable += 1
             continue
         print(
             f"{path}: {record['property']}\n  implementation {impl} on {inputs.backend}, tp={inputs.tp}; "
-            f"recorded rule: {record['rule']}\n  case: {record['case']}"
+            f"recorded rule: {record['rule']}\n  case: {inputs.case!r}"
         )
         if "k" in record.get("extra", {}):  # a top-k find: the check below names the slot and both ids
             print(f"  k={record['extra']['k']}")
@@ -41,4 +47,4 @@ def replay(args: argparse.Namespace) -> int:
             failed += 1
         else:
             print("  fixed: the property holds")
-    return 1 if failed else 0
+    return 2 if unreadable else 1 if failed else 0
