@@ -90,6 +90,9 @@ def load(path: str | Path, backend: str | None = None) -> tuple[dict[str, Any], 
         raise DamagedRepro(f"{path}: cannot read it: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise DamagedRepro(f"{path}: {' '.join(str(exc).split())}") from None
+    missing = [key for key in NEEDS.get(record["property"], ()) if key not in record.get("extra", {})]
+    if missing:
+        raise DamagedRepro(f"{path}: its property replays with extra {missing[0]!r}, which is missing")
     return record, inputs if backend is None else replace(inputs, backend=backend)
 
 
@@ -97,6 +100,12 @@ TOP_K_CHECKS = {
     top_k.TOP_K_EXACT: top_k.check_top_k_exact,
     top_k.TOP_K_CONTRACT: top_k.check_top_k_contract,
     top_k.TOP_K_DETERMINISM: top_k.check_top_k_determinism,
+}
+NEEDS = {  # the extra that :func:`check` reads for each property
+    checks.ROW_INDEPENDENCE: ("rows",),
+    checks.REJECTS: ("bad",),
+    top_k.TOP_K_TOP1: ("k", "argmax_impl"),
+    **dict.fromkeys(TOP_K_CHECKS, ("k",)),
 }
 
 

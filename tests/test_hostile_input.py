@@ -25,8 +25,9 @@ from hypothesis import strategies as st
 from properties import repro, runner
 from properties.case_input import FIELDS, parse_case
 from properties.cases import Case
-from properties.checks import TOKEN_EXACT
+from properties.checks import ROW_INDEPENDENCE, TOKEN_EXACT
 from properties.replay import main as replay_main
+from tests.d2t_fixtures import HERE
 from tests.suite import run, run_suite
 from tpargmax.cli import main as tpargmax
 
@@ -131,6 +132,10 @@ def edit(path: Path, change) -> Path:
     return path
 
 
+def named_side_file(name: str):
+    return lambda r: (r.pop("tensors"), r.update(tensors_file=name))
+
+
 def side_file(path: Path, tensors: object, name: str = "tensors.pt") -> Path:
     """The record with its tensors moved to a side file holding ``tensors`` (default: its own)."""
     torch.save(tensors, path.parent / name)
@@ -149,8 +154,7 @@ class RunsCode:
 
 def own_tensors(path: Path) -> dict[str, torch.Tensor]:
     _, inputs = repro.load(path)
-    names = ("hidden", "weight", "bias", "d2t", "pad_weight", "pad_bias")
-    return {name: getattr(inputs, name) for name in names}
+    return {name: getattr(inputs, name) for name in repro.TENSORS}
 
 
 def linked_out(path: Path, marker: Path) -> Path:
@@ -163,10 +167,6 @@ def linked_out(path: Path, marker: Path) -> Path:
 
 def field(name: str, value: object):
     return lambda r: r.update({name: value})
-
-
-def named_side_file(name: str):
-    return lambda r: (r.pop("tensors"), r.update(tensors_file=name))
 
 
 def case_field(name: str, value: object):
@@ -240,6 +240,10 @@ DAMAGED = {  # how the file is damaged -> (how to damage a good file, words its 
     "rows beyond the batch": (lambda p, m: edit(p, field("extra", {"rows": [5]})), "extra 'rows' must be"),
     "a tp that cannot split": (lambda p, m: edit(p, field("extra", {"tps": [3]})), "extra 'tps': tp=3 cannot split"),
     "no such file": (lambda p, m: p.with_name("gone.json"), "cannot read it: No such file or directory"),
+    "a property without its extra": (
+        lambda p, m: edit(p, field("property", ROW_INDEPENDENCE)),
+        "its property replays with extra 'rows', which is missing",
+    ),
 }
 
 
@@ -261,8 +265,13 @@ def test_the_good_file_and_its_side_file_form_replay_clean(good, capsys):
     assert capsys.readouterr().out.count("fixed: the property holds") == 2
 
 
-def test_an_implementation_that_cannot_be_loaded_is_exit_2(good, capsys):
-    assert tpargmax(["repro", str(edit(good, field("impl", "no_such_module:fn")))]) == 2
+@pytest.mark.parametrize(
+    "change",
+    [field("impl", "no_such_module:fn"), field("extra", {"argmax_impl": "no_such_module:fn", "k": 1})],
+    ids=["impl", "argmax_impl"],
+)
+def test_an_implementation_that_cannot_be_loaded_is_exit_2(change, good, capsys):
+    assert tpargmax(["repro", str(edit(good, change))]) == 2
     assert "cannot load it: No module named 'no_such_module'" in one_line(capsys.readouterr().err)
 
 
@@ -278,7 +287,9 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-WHERE = st.sampled_from(["format", "case", "case_fields", "target_vocab", "applied", "backend", "extra", "tensors"])
+WHERE = st.sampled_from(
+    ["format", "property", "case", "case_fields", "target_vocab", "applied", "backend", "extra", "tensors"]
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -325,11 +336,12 @@ def test_the_regression_test_fails_a_damaged_committed_file_in_one_line(good, ma
 
 # --- draft checkpoints --------------------------------------------------------------------------------------
 
-# a hostile draft checkpoint -> (its name, words of check-d2t's one line); check-d2t is given the legacy one's directory
+# a hostile draft checkpoint -> (its name, words of check-d2t's one line); some are given by their directory
 CHECKPOINTS = {
     "a torch file that runs code": ("draft.pt", "refused by the weights-only loader, nothing in it ran"),
     "a legacy pickle that runs code": ("pytorch_model.bin", "refused by the weights-only loader, nothing in it ran"),
     "an index naming a shard outside": ("model.safetensors.index.json", "outside its directory"),
+    "a config nested too deep": ("config.json", "the config is not readable JSON (maximum recursion depth"),
 }
 
 
@@ -341,6 +353,10 @@ def hostile_checkpoint(tmp_path: Path, how: str, marker: Path) -> Path:
         torch.save({"d2t": RunsCode(marker)}, path)
     elif how == "a legacy pickle that runs code":  # protocol 4: torch also warns, which must not reach stderr
         path.write_bytes(pickle.dumps({"d2t": RunsCode(marker)}, protocol=4))
+        return path.parent
+    elif how == "a config nested too deep":
+        path.write_text("[" * 100_000)
+        (path.parent / "model.safetensors").write_bytes((HERE / "eagle3.safetensors").read_bytes())
         return path.parent
     else:
         path.write_text(json.dumps({"weight_map": {"d2t": "../outside.safetensors"}}))

@@ -208,5 +208,5 @@ def _config(path: Path) -> tuple[dict | None, Path | None]:
 def _json(path: Path, what: str) -> object:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CheckpointError(f"{path}: the {what} is not readable JSON ({first_line(exc)})") from None

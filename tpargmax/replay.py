@@ -26,6 +26,8 @@ def replay(args: argparse.Namespace) -> int:
         try:
             record, inputs = repro.load(path, backend=args.backend)
             impl = load_impl(args.impl or record["impl"])
+            if "argmax_impl" in record.get("extra", {}):  # a top-1 find is judged against it: it must load too
+                load_impl(record["extra"]["argmax_impl"])
         except ValueError as exc:  # a damaged file (a DamagedRepro names it), or an implementation that won't load
             where = "" if isinstance(exc, repro.DamagedRepro) else f"{path}: "
             print(f"tpargmax repro: {where}{' '.join(str(exc).split())}", file=sys.stderr)
