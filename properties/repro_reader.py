@@ -45,7 +45,7 @@ def read_record(path: Path) -> tuple[dict[str, Any], Inputs]:
         record = json.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError:
         raise ValueError("not UTF-8 text, so not a repro record") from None
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, or an integer of more digits than Python reads
         raise ValueError(f"not JSON ({exc})") from None
     if not isinstance(record, dict):
         raise ValueError(f"not a repro record: expected a JSON object, got {type(record).__name__}")

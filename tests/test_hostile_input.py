@@ -221,6 +221,7 @@ DAMAGED = {  # how the file is damaged -> (how to damage a good file, words its 
     "a JSON array": (lambda p, m: p.write_text("[]") and p, "expected a JSON object, got list"),
     "not UTF-8": (lambda p, m: p.write_bytes(b"\xff\xfe{}") and p, "not UTF-8 text"),
     "nested too deep": (lambda p, m: p.write_text("[" * 100_000) and p, "not JSON"),
+    "an int of 5000 digits": (lambda p, m: p.write_text('{"format": ' + "9" * 5000 + "}") and p, "not JSON (Exceeds"),
     "an unknown format": (lambda p, m: edit(p, field("format", "pickle")), "not a tpargmax-repro/2 file"),
     "a case string with code": (
         lambda p, m: edit(p, field("case", f"Case(batch=1) or __import__('os').system('touch {m}')")),
@@ -263,6 +264,14 @@ def test_the_good_file_and_its_side_file_form_replay_clean(good, capsys):
     assert tpargmax(["repro", str(good)]) == 0
     assert tpargmax(["repro", str(side_file(good, own_tensors(good)))]) == 0
     assert capsys.readouterr().out.count("fixed: the property holds") == 2
+
+
+def test_a_damaged_file_among_others_is_named_and_the_rest_still_replay(good, capsys):
+    broken = good.with_name("broken.json")
+    broken.write_text("{nope")
+    assert tpargmax(["repro", str(good.parent)]) == 2  # a directory: every file in it, in name order
+    captured = capsys.readouterr()
+    assert "fixed: the property holds" in captured.out and "broken.json: not JSON" in one_line(captured.err)
 
 
 @pytest.mark.parametrize(
