@@ -124,7 +124,7 @@ def _check_extra(extra: dict[str, Any], case: Case) -> None:
                 replace(case, tp=tp)
             except ValueError as exc:
                 raise ValueError(f"extra 'tps': {exc}") from None
-    if "bad" in extra and extra["bad"] not in BAD_INPUTS:
+    if "bad" in extra and not (isinstance(extra["bad"], str) and extra["bad"] in BAD_INPUTS):
         raise ValueError(f"extra 'bad' must be one of {tuple(BAD_INPUTS)}, got {shown(extra['bad'])}")
     if "argmax_impl" in extra:
         _check_text("argmax_impl", extra["argmax_impl"])
@@ -155,7 +155,8 @@ def _tensors(path: Path, record: dict[str, Any], case: Case) -> dict[str, torch.
 
 def _decode(name: str, d: object) -> torch.Tensor:
     """An inline tensor: ``{"dtype", "shape", "hex"}`` with exactly the bytes that shape and dtype hold."""
-    if not isinstance(d, dict) or not isinstance(d.get("hex"), str) or d.get("dtype") not in TENSOR_DTYPES:
+    known = isinstance(d, dict) and isinstance(d.get("dtype"), str) and d["dtype"] in TENSOR_DTYPES
+    if not known or not isinstance(d.get("hex"), str):
         raise ValueError(f"tensor {shown(name)} must be {{dtype: {tuple(TENSOR_DTYPES)}, shape, hex}}, got {shown(d)}")
     shape, dtype = d.get("shape"), TENSOR_DTYPES[d["dtype"]]
     if not isinstance(shape, list) or len(shape) > 2 or not all(type(n) is int and 0 <= n < 2**31 for n in shape):

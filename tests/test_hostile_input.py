@@ -305,18 +305,23 @@ WHERE = st.sampled_from(
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_generated_json_never_runs_code_nor_prints_a_traceback(data, tmp_path_factory):
-    """Junk JSON as the whole record, or in place of one of its fields or case fields: exit 2 with one line on
-    stderr, or (when the junk happens to be valid) a plain replay; any exception would fail this test."""
+    """Junk JSON as the whole record, or in place of one of its fields, case fields, extras or tensor entries: exit 2
+    with one line on stderr, or (when the junk happens to be valid) a plain replay; any exception fails this test."""
     directory = tmp_path_factory.mktemp("junk")
     failure = {"inputs": runner.prepare(GOOD_CASE, "sim"), "property": TOKEN_EXACT, "rule": "r", "impl": "vllm_pairs"}
     record = json.loads(repro.write(directory, {**failure, "extra": {}}).read_text())
-    target = data.draw(st.sampled_from(["whole", "field", "case field"]))
+    target = data.draw(st.sampled_from(["whole", "field", "case field", "extra", "tensor entry"]))
     if target == "whole":
         record = data.draw(JSON)
     elif target == "field":
         record[data.draw(WHERE)] = data.draw(JSON)
-    else:
+    elif target == "case field":
         record["case_fields"][data.draw(st.sampled_from(FIELDS))] = data.draw(JSON)
+    elif target == "extra":
+        record["extra"][data.draw(st.sampled_from(["k", "rows", "tps", "bad", "argmax_impl"]))] = data.draw(JSON)
+    else:
+        entry = record["tensors"][data.draw(st.sampled_from(sorted(record["tensors"])))]
+        entry[data.draw(st.sampled_from(["dtype", "shape", "hex"]))] = data.draw(JSON)
     path = directory / "junk.json"
     path.write_text(json.dumps(record).replace("{m}", str(directory / "CODE-RAN")))
     out, err = StringIO(), StringIO()
