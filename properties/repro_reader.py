@@ -31,7 +31,7 @@ OLD_FORMATS = ("tpargmax-repro/1",)  # weight held every padded row in rank orde
 BACKENDS = ("sim", "gloo")
 MAX_RECORD_BYTES = 16 * 2**20  # inline tensors stop at 64 KiB: a record is a few hundred KiB at most
 MAX_SIDE_BYTES = 2**30  # a case's tensors stay under 2 x 256 MiB (properties.cases.MAX_ELEMENTS)
-TENSOR_DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16, torch.int64)}
+TENSOR_DTYPES = {str(d): d for d in (*CASE_DTYPES.values(), torch.int64)}  # a case's dtypes, and d2t's
 TEXT_FIELDS = ("property", "rule", "impl", "backend", "case")  # printed by replay and promote
 RECORD_FIELDS = {**dict.fromkeys(TEXT_FIELDS, str), "case_fields": dict, "target_vocab": int, "applied": list}
 
@@ -57,10 +57,10 @@ def read_record(path: Path) -> tuple[dict[str, Any], Inputs]:
         raise ValueError(f"its 'case' string {shown(record['case'])} is not its case_fields' case {case!r}")
     if record["backend"] not in BACKENDS:
         raise ValueError(f"'backend' must be one of {BACKENDS}, got {shown(record['backend'])}")
-    _check_extra(record.get("extra", {}), case)
-    tensors = _tensors(path, record, case)
     layouts = layouts_of(case)
     logits_vocab = layouts[0].vocab
+    _check_extra(record.get("extra", {}), case, logits_vocab)
+    tensors = _tensors(path, record, case, logits_vocab)
     target_vocab = logits_vocab + (case.target_extra if case.d2t != "none" else 0)
     if record["target_vocab"] != target_vocab:
         raise ValueError(f"'target_vocab' is {record['target_vocab']}, but its case's d2t targets {target_vocab} ids")
@@ -112,9 +112,9 @@ def _int_list(name: str, value: object, low: int, high: int) -> list[int]:
     return value
 
 
-def _check_extra(extra: dict[str, Any], case: Case) -> None:
+def _check_extra(extra: dict[str, Any], case: Case, logits_vocab: int) -> None:
     """What the recorded property replays with: each key that :func:`properties.repro.check` reads."""
-    if "k" in extra and not (type(extra["k"]) is int and 1 <= extra["k"] <= layouts_of(case)[0].vocab):
+    if "k" in extra and not (type(extra["k"]) is int and 1 <= extra["k"] <= logits_vocab):
         raise ValueError(f"extra 'k' must be an int from 1 to the case's vocabulary, got {shown(extra['k'])}")
     if "rows" in extra:
         _int_list("rows", extra["rows"], 0, case.batch - 1)
@@ -130,7 +130,7 @@ def _check_extra(extra: dict[str, Any], case: Case) -> None:
         _check_text("argmax_impl", extra["argmax_impl"])
 
 
-def _tensors(path: Path, record: dict[str, Any], case: Case) -> dict[str, torch.Tensor]:
+def _tensors(path: Path, record: dict[str, Any], case: Case, logits_vocab: int) -> dict[str, torch.Tensor]:
     if "tensors" in record and "tensors_file" in record:
         raise ValueError(
             "it has both 'tensors' and 'tensors_file': a record holds its tensors inline or in a side file"
@@ -149,7 +149,7 @@ def _tensors(path: Path, record: dict[str, Any], case: Case) -> dict[str, torch.
                 tensors[pad] = tensors[name][case.vocab]
             if name in tensors and tensors[name].ndim:
                 tensors[name] = tensors[name][: case.vocab]
-    _check_shapes(tensors, case)
+    _check_shapes(tensors, case, logits_vocab)
     return tensors
 
 
@@ -192,7 +192,7 @@ def _side_file(path: Path, name: object) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def _check_shapes(tensors: dict[str, torch.Tensor], case: Case) -> None:
+def _check_shapes(tensors: dict[str, torch.Tensor], case: Case, logits_vocab: int) -> None:
     """Each tensor is the one the case builds: its dtype, its shape, and there exactly when the case has it."""
     dtype, rows = CASE_DTYPES[case.dtype], case.vocab + case.added
     want: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {
@@ -203,7 +203,7 @@ def _check_shapes(tensors: dict[str, torch.Tensor], case: Case) -> None:
     if case.bias:
         want |= {"bias": (dtype, (rows,)), "pad_bias": (dtype, ())}
     if case.d2t != "none":
-        want["d2t"] = (torch.int64, (layouts_of(case)[0].vocab,))
+        want["d2t"] = (torch.int64, (logits_vocab,))
     for name, t in tensors.items():
         if name not in want:
             raise ValueError(f"tensor {shown(name)} is not one its case has (it has {', '.join(want)})")

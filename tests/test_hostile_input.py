@@ -253,8 +253,8 @@ DAMAGED = {  # how the file is damaged -> (how to damage a good file, words its 
 def test_a_damaged_repro_file_is_exit_2_with_one_line(how, good, marker, capsys):
     damage, words = DAMAGED[how]
     path = damage(good, marker)
-    for command in ("repro", "promote"):
-        assert tpargmax([command, str(path), "--out", str(path.parent)][: 2 + 2 * (command == "promote")]) == 2
+    for command, options in (("repro", []), ("promote", ["--out", str(path.parent)])):
+        assert tpargmax([command, str(path), *options]) == 2
         captured = capsys.readouterr()
         assert captured.out == "" and captured.err.startswith(f"tpargmax {command}: {path}: "), captured
         assert words in one_line(captured.err), captured.err
