@@ -19,6 +19,7 @@ from hypothesis._settings import is_in_ci
 
 from properties import results, runner
 from properties.profiles import backend_budget  # importing it registers dev, ci and nightly
+from sharded.devices import DEVICE_ENV, DEVICES, check_device, default_device
 from sharded.impls import IMPL_ENV, TOPK_IMPL_ENV, load_impl
 from sharded.local_argmax import BUILTINS, DEFAULT_IMPLS
 from sharded.local_top_k import DEFAULT_TOPK_IMPLS, TOPK_BUILTINS
@@ -56,8 +57,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--backend",
-        default="sim,gloo",
-        help="comma-separated backends the properties run on: sim (threads), gloo (process pool) (default %(default)s)",
+        default=None,
+        help="comma-separated backends the properties run on: sim (threads), gloo (process pool) "
+        "(default sim,gloo; sim with --device cuda)",
+    )
+    group.addoption(
+        "--device",
+        default=default_device(),
+        help=f"where every rank's tensors and the oracle live: {' or '.join(DEVICES)}; rank r takes cuda:(r mod N) "
+        f"with N GPUs (default %(default)s; env {DEVICE_ENV})",
     )
     group.addoption(
         "--gloo-tps",
@@ -113,12 +121,27 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile(profile)
     nightly = profile == "nightly"
     runner.gloo_tps = _ints(config.getoption("gloo_tps") or ("2,4,8" if nightly else "2,4"), "--gloo-tps")
-    config.tpargmax_backends = [b.strip() for b in config.getoption("backend").split(",") if b.strip()]
+    try:
+        runner.device = check_device(config.getoption("device"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    backends = config.getoption("backend") or ("sim" if runner.device != "cpu" else "sim,gloo")
+    config.tpargmax_backends = [b.strip() for b in backends.split(",") if b.strip()]
     unknown = set(config.tpargmax_backends) - set(runner.BACKENDS)
     if unknown or not config.tpargmax_backends:
         raise pytest.UsageError(f"--backend: choose from {', '.join(runner.BACKENDS)}, got {sorted(unknown)}")
     if "torchrun" in config.tpargmax_backends and runner.torchrun_job is None:
         raise pytest.UsageError("--backend torchrun: start the suite with torchrun -m properties.torchrun")
+    if runner.device != "cpu" and "gloo" in config.tpargmax_backends:
+        raise pytest.UsageError(
+            f"--device {runner.device} with --backend gloo: gloo cannot all-gather CUDA tensors; "
+            "use --backend sim, or torchrun -m properties.torchrun (NCCL)"
+        )
+    if runner.torchrun_job is not None and runner.torchrun_job.device.type != runner.device:
+        raise pytest.UsageError(
+            f"--device {runner.device}, but the torchrun job's ranks run on {runner.torchrun_job.device.type}: "
+            "give torchrun -m properties.torchrun the same --device"
+        )
     runner.heads = config.getoption("heads")
     config.tpargmax_impls = _impls(config.getoption("impl"), DEFAULT_IMPLS)
     config.tpargmax_topk_impls = _impls(config.getoption("topk_impl"), DEFAULT_TOPK_IMPLS)
@@ -156,7 +179,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         f"tpargmax: implementation(s) under test: {', '.join(i.spec for i in config.tpargmax_impls)}; "
         f"top-k: {', '.join(i.spec for i in config.tpargmax_topk_impls)}; heads: {runner.heads}; "
-        f"backends: {', '.join(config.tpargmax_backends)} (gloo tps {runner.gloo_tps}); "
+        f"backends: {', '.join(config.tpargmax_backends)} (gloo tps {runner.gloo_tps}); device: {runner.device}; "
         f"hypothesis profile: {settings.get_current_profile_name()}"
     ]
 

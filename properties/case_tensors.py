@@ -23,6 +23,7 @@ from properties.cases import DTYPES, Case, Inputs, layouts_of
 from sharded.layout import ShardLayout
 
 BOOST = 256.0
+CPU = "cpu"  # cases are built here, whatever the device they run on: the same seed gives the same bits anywhere
 LOW = -1024.0
 
 
@@ -47,6 +48,8 @@ def _tie_ids(plan: str, rng: random.Random, real: list[ShardLayout]) -> list[int
     if plan == "softcap_saturation":
         lay = rng.choice(real)
         return _ids(rng, lay, rng.randint(2, 4))
+    if plan == "fp32_near_tie":
+        return _ids(rng, rng.choice(real), 2) if len(real) == 1 else _tie_ids("across_ranks", rng, real)[:2]
     added = [lay for lay in real if lay.num_added]
     if plan == "added_tie" and added:  # an added id on rank r ties with a base id on a later rank
         lay = rng.choice(added)
@@ -66,20 +69,20 @@ def _spread(rng: random.Random, real: list[ShardLayout], k: int) -> list[int]:
 
 def build(case: Case) -> Inputs:
     """Deterministically build the tensors of ``case`` (same case, same bits)."""
-    g = torch.Generator().manual_seed(case.seed)
+    g = torch.Generator(device=CPU).manual_seed(case.seed)
     rng = random.Random(case.seed)
     layouts = layouts_of(case)
     rows, vocab, batch, hsize = case.vocab + case.added, layouts[0].vocab, case.batch, case.hidden
     real = [lay for lay in layouts if lay.num_real or lay.num_added]
     if case.weights == "int":
-        hidden = torch.randint(-3, 4, (batch, hsize), generator=g).float()
-        weight = torch.randint(-3, 4, (rows + 1, hsize), generator=g, dtype=torch.int8).float()
-        bias = torch.randint(-3, 4, (rows + 1,), generator=g).float() if case.bias else None
+        hidden = torch.randint(-3, 4, (batch, hsize), generator=g, device=CPU).float()
+        weight = torch.randint(-3, 4, (rows + 1, hsize), generator=g, dtype=torch.int8, device=CPU).float()
+        bias = torch.randint(-3, 4, (rows + 1,), generator=g, device=CPU).float() if case.bias else None
     else:
-        hidden = torch.randn(batch, hsize, generator=g)
-        weight = torch.randn(rows + 1, hsize, generator=g)
-        bias = torch.randn(rows + 1, generator=g) if case.bias else None
-    hidden[:, 0] = torch.where(torch.rand(batch, generator=g) < 0.75, 2.0, 0.0)
+        hidden = torch.randn(batch, hsize, generator=g, device=CPU)
+        weight = torch.randn(rows + 1, hsize, generator=g, device=CPU)
+        bias = torch.randn(rows + 1, generator=g, device=CPU) if case.bias else None
+    hidden[:, 0] = torch.where(torch.rand(batch, generator=g, device=CPU) < 0.75, 2.0, 0.0)
     hidden[:, 1] = 0.0
     weight[:, 0] = 0.0
     weight[:, 1] = -1.0
@@ -101,7 +104,12 @@ def build(case: Case) -> Inputs:
         if bias is not None:
             bias[ids] = float(bias[ids[0]])
         if plan == "softcap_saturation":  # distinct pre-cap logits that tanh flattens to one value
-            weight[ids, 0] = torch.tensor([BOOST * (1 + i / 8) for i in rng.sample(range(len(ids)), len(ids))])
+            order = rng.sample(range(len(ids)), len(ids))
+            weight[ids, 0] = torch.tensor([BOOST * (1 + i / 8) for i in order], device=CPU)
+        if plan == "fp32_near_tie":  # the larger id wins by 2**-12 per unit of feature 2 (> 0 on every row)
+            weight[ids, 2] = 1.0
+            weight[max(ids), 2] = 1.0 + 2**-12
+            hidden[:, 2] = hidden[:, 2].abs() + 1
         anchor = ids[0]
         applied.append(plan)
     if not case.ties:
@@ -199,11 +207,11 @@ def _d2t(vocab: int, case: Case, g: torch.Generator) -> tuple[torch.Tensor | Non
     if case.d2t == "none":
         return None, vocab
     if case.d2t == "zeros":
-        return torch.zeros(vocab, dtype=torch.int64), target_vocab
+        return torch.zeros(vocab, dtype=torch.int64, device=CPU), target_vocab
     return eagle3_d2t(vocab, target_vocab, g), target_vocab
 
 
 def eagle3_d2t(vocab: int, target_vocab: int, g: torch.Generator) -> torch.Tensor:
     """As EAGLE3 training code builds it: the sorted set of used target ids, ``d2t[i] = used[i] - i``."""
-    used = torch.randperm(target_vocab, generator=g)[:vocab].sort().values
-    return used - torch.arange(vocab)
+    used = torch.randperm(target_vocab, generator=g, device=CPU)[:vocab].sort().values
+    return used - torch.arange(vocab, device=CPU)

@@ -15,6 +15,7 @@ from dataclasses import MISSING, dataclass, fields, replace
 import torch
 
 from reference.head import DEFAULT_PADDING_SIZE, check_vocab
+from sharded.devices import case_device, rank_device
 from sharded.layout import ShardLayout, vocab_parallel_layout
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -28,6 +29,7 @@ TIE_PLANS = (
     "softcap_saturation",
     "added_tie",
     "added_max",
+    "fp32_near_tie",  # two ids 2**-12 apart: float32 tells them apart, a TF32 matmul (10 mantissa bits) ties them
 )
 SPECIAL_PLANS = (
     "all_negative",
@@ -156,6 +158,7 @@ class Inputs:
     backend: str = "sim"  # where the ranks run: see properties.runner.BACKENDS
     pad_weight: torch.Tensor | None = None  # [H]; None: zeros
     pad_bias: torch.Tensor | None = None  # 0-d; None: zero
+    device: str = "cpu"  # cpu or cuda: the tensors live on case_device(device), rank r's on rank_device(device, r)
 
     @property
     def tp(self) -> int:
@@ -178,13 +181,31 @@ class Inputs:
         return torch.cat(parts)
 
     def weight_shard(self, rank: int) -> torch.Tensor:
+        """Rank ``rank``'s head shard, padding included, on that rank's device."""
         pad = self.pad_weight if self.pad_weight is not None else self.weight.new_zeros(self.weight.shape[1])
-        return self._rows(rank, self.weight, pad)
+        return self._rows(rank, self.weight, pad).to(rank_device(self.device, rank))
 
     def bias_shard(self, rank: int) -> torch.Tensor | None:
         if self.bias is None:
             return None
-        return self._rows(rank, self.bias, self.pad_bias if self.pad_bias is not None else self.bias.new_zeros(()))
+        pad = self.pad_bias if self.pad_bias is not None else self.bias.new_zeros(())
+        return self._rows(rank, self.bias, pad).to(rank_device(self.device, rank))
+
+    def on(self, device: str) -> Inputs:
+        """The same tensors on ``device`` (``cpu`` or ``cuda``); cases are built on the CPU and moved here."""
+        where = case_device(device)
+        moved = {
+            name: None if t is None else t.to(where)
+            for name, t in (
+                ("hidden", self.hidden),
+                ("weight", self.weight),
+                ("bias", self.bias),
+                ("d2t", self.d2t),
+                ("pad_weight", self.pad_weight),
+                ("pad_bias", self.pad_bias),
+            )
+        }
+        return replace(self, **moved, device=device)
 
     def with_tp(self, tp: int) -> Inputs:
         """The same head, split for another tp."""

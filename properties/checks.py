@@ -54,6 +54,7 @@ def run_checked(impl: Impl, inputs: Inputs, prop: str, tweak: Callable | None = 
         if not isinstance(out, torch.Tensor) or out.dtype != torch.int64 or tuple(out.shape) != want:
             got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
             fail(f"output contract: rank {rank} returned {got}, expected int64 {want}", [], impl, inputs, prop)
+        results[rank] = out = out.to(inputs.hidden.device)  # judged where the oracle computes: ranks span GPUs
         if not torch.equal(out, results[0]):
             row = int((out != results[0]).nonzero()[0])
             fail(
@@ -185,7 +186,7 @@ def check_determinism(impl: Impl, inputs: Inputs) -> None:
 
 def _bad_d2t(kw: dict[str, Any], dup: bool) -> dict[str, Any]:
     vocab = kw["layout"].vocab
-    d2t = torch.zeros(vocab, dtype=torch.int64) if kw["d2t"] is None else kw["d2t"].clone()
+    d2t = torch.zeros(vocab, dtype=torch.int64, device=kw["hidden"].device) if kw["d2t"] is None else kw["d2t"].clone()
     if dup:  # draft ids 0 and 1 share a target
         d2t[1] = d2t[0] - 1
     else:  # the last draft id maps below 0
@@ -205,7 +206,7 @@ BAD_INPUTS: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], str, int
     "hidden size mismatch": (lambda kw: {**kw, "hidden": kw["hidden"][:, :-1]}, "shape", 1),
     "dtype mismatch": (lambda kw: {**kw, "weight": kw["weight"].to(_OTHER_DTYPE[kw["weight"].dtype])}, "dtype", 1),
     "bias length mismatch": (
-        lambda kw: {**kw, "bias": torch.zeros(kw["weight"].shape[0] + 1, dtype=kw["weight"].dtype)},
+        lambda kw: {**kw, "bias": kw["weight"].new_zeros(kw["weight"].shape[0] + 1)},
         "bias",
         1,
     ),

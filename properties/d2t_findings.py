@@ -15,6 +15,7 @@ from hypothesis import find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
+from properties import runner
 from properties.case_tensors import eagle3_d2t
 from properties.cases import Case, Inputs
 from properties.checks import run_checked
@@ -46,17 +47,17 @@ class Finding:
 
 
 def targets_of(d2t: torch.Tensor) -> torch.Tensor:
-    return torch.arange(d2t.numel()) + d2t
+    return torch.arange(d2t.numel(), device=d2t.device) + d2t
 
 
 def tie_inputs(d2t: torch.Tensor, target_vocab: int, i: int, j: int, tp: int = 1, backend: str = "sim") -> Inputs:
     """One row where draft ids i and j share the maximum logit 1 and every other id has -1."""
     vocab = d2t.numel()
     layouts = vocab_parallel_layout(vocab, tp)
-    weight = torch.zeros(vocab, 3)  # padding rows: zeros
+    weight = torch.zeros(vocab, 3, device=d2t.device)  # padding rows: zeros
     weight[:, 0] = -1.0
     weight[[i, j], 0] = 1.0
-    hidden = torch.tensor([[1.0, 0.0, 0.0]])
+    hidden = torch.tensor([[1.0, 0.0, 0.0]], device=d2t.device)
     return Inputs(
         Case(batch=1, hidden=3, vocab=vocab, tp=tp),
         hidden,
@@ -67,7 +68,7 @@ def tie_inputs(d2t: torch.Tensor, target_vocab: int, i: int, j: int, tp: int = 1
         target_vocab,
         (f"tie at draft ids {i}, {j}",),
         backend,
-    )
+    ).on(runner.device)
 
 
 def check_tie(impl: Impl, d2t: torch.Tensor, target_vocab: int, i: int, j: int, **where) -> Finding | None:
@@ -115,8 +116,9 @@ def increasing_tables(draw: st.DrawFn, max_vocab: int = 3000) -> tuple[torch.Ten
     vocab = draw(st.integers(2, max_vocab))
     target_vocab = vocab + draw(st.integers(0, 3 * vocab))
     if draw(st.integers(0, 9)) == 0:
-        return torch.zeros(vocab, dtype=torch.int64), target_vocab
-    return eagle3_d2t(vocab, target_vocab, torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))), target_vocab
+        return torch.zeros(vocab, dtype=torch.int64, device="cpu"), target_vocab
+    g = torch.Generator(device="cpu").manual_seed(draw(st.integers(0, 2**32 - 1)))
+    return eagle3_d2t(vocab, target_vocab, g), target_vocab
 
 
 @st.composite
@@ -132,4 +134,4 @@ def non_monotone_tables(draw: st.DrawFn, max_vocab: int = 3000) -> tuple[torch.T
         targets[i : j + 1] = targets[i : j + 1].flip(0).clone()
     else:
         targets[[i, j]] = targets[[j, i]]
-    return targets - torch.arange(n), target_vocab
+    return targets - torch.arange(n, device=targets.device), target_vocab

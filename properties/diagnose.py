@@ -7,12 +7,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+import torch.nn.functional as F
 
 from properties.cases import Inputs
 from properties.runner import oracle_draft_logits, oracle_tokens, run_ranks
-from reference.logits import head_logits
 from sharded.layout import ShardLayout
 
+TF32_SLIP = "from a TF32 matmul"
 _GROUPS = {"sim": "a simulated group", "gloo": "a gloo process group", "torchrun": "the torchrun job's group"}
 
 
@@ -28,10 +29,19 @@ class ImplementationHung(BaseException):
     """
 
 
+def replay_backend(inputs: Inputs) -> str:
+    """Where a find replays: a torchrun find on a local pool (on the simulated group with CUDA tensors, as gloo
+    carries CPU ones)."""
+    if inputs.backend != "torchrun":
+        return inputs.backend
+    return "gloo" if inputs.device == "cpu" else "sim"
+
+
 def replay_command(impl: object, inputs: Inputs, k: int | None = None) -> str:
-    backend = "gloo" if inputs.backend == "torchrun" else inputs.backend  # replay a torchrun find on a local pool
+    backend = replay_backend(inputs)
     width = "" if k is None else f" --k {k}"
-    return f'python -m properties.replay --impl {impl}{width} --backend {backend} "{inputs.case!r}"'
+    device = "" if inputs.device == "cpu" else f" --device {inputs.device}"
+    return f'python -m properties.replay --impl {impl}{width} --backend {backend}{device} "{inputs.case!r}"'
 
 
 def fail(
@@ -75,7 +85,7 @@ def repro_extra(**extra: object) -> Iterator[None]:
 
 def draft_targets(inputs: Inputs) -> torch.Tensor:
     """``k + d2t[k]`` for every draft id (identity without a table)."""
-    ids = torch.arange(inputs.vocab)
+    ids = torch.arange(inputs.vocab, device=inputs.hidden.device)
     return ids if inputs.d2t is None else ids + inputs.d2t
 
 
@@ -99,11 +109,30 @@ def _where(inputs: Inputs, draft_id: int, logits_row: torch.Tensor) -> str:
     return f"draft id {draft_id} on rank {owner(inputs, draft_id).rank}, logit {value_bits(logits_row[draft_id])}"
 
 
-def recompute(inputs: Inputs, row: int, dtype: torch.dtype) -> torch.Tensor:
-    """The row's token logits computed directly from the head in ``dtype`` (cap, then scale)."""
+def tf32_linear(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear`` as a TF32 matmul computes it: on CUDA, cuBLAS with TF32 allowed; elsewhere a model of it, each
+    float32 input rounded to TF32's 10 mantissa bits (to nearest, ties away, as tensor cores convert) and the
+    products summed in float32."""
+    if hidden.device.type == "cuda":
+        allowed = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return F.linear(hidden, weight, bias)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = allowed
+
+    def rounded(t: torch.Tensor) -> torch.Tensor:
+        bits = t.view(torch.int32)
+        return torch.where(torch.isfinite(t), ((bits + 0x1000) & ~0x1FFF).view(torch.float32), t)
+
+    return F.linear(rounded(hidden), rounded(weight), bias)
+
+
+def recompute(inputs: Inputs, row: int, dtype: torch.dtype, linear=F.linear) -> torch.Tensor:
+    """The row's token logits computed directly from the head in ``dtype`` with ``linear`` (then cap, then scale)."""
     case, vocab = inputs.case, inputs.vocab
     bias = None if inputs.bias is None else inputs.bias[:vocab].to(dtype)
-    logits = head_logits(inputs.hidden[row : row + 1].to(dtype), inputs.weight[:vocab].to(dtype), bias)[0]
+    logits = linear(inputs.hidden[row : row + 1].to(dtype), inputs.weight[:vocab].to(dtype), bias)[0]
     if case.soft_cap is not None:
         logits = torch.tanh(logits / case.soft_cap) * case.soft_cap
     return logits * case.scale if case.scale != 1.0 else logits
@@ -116,6 +145,8 @@ def precision_explanations(inputs: Inputs, row: int, logits: torch.Tensor) -> di
     slips = {"with subnormals flushed to zero": flushed, "computed in float64": recompute(inputs, row, torch.float64)}
     if logits.dtype != torch.float32:
         slips["computed in float32"] = recompute(inputs, row, torch.float32)
+    else:
+        slips[TF32_SLIP] = recompute(inputs, row, torch.float32, tf32_linear)
     return {slip: int(torch.argmax(values)) for slip, values in slips.items()}
 
 
@@ -131,7 +162,7 @@ def non_token_rule(inputs: Inputs, got: int) -> str | None:
 
     Padding rows have no global id; an id names one by its position in its block (``start + row``).
     """
-    if bool(is_token(inputs, torch.tensor(got))):
+    if bool(is_token(inputs, torch.tensor(got, device=inputs.hidden.device))):
         return None
     lay0, vocab = inputs.layouts[0], inputs.vocab
     if inputs.d2t is not None:
@@ -202,6 +233,8 @@ def explain(inputs: Inputs, row: int, got: int) -> tuple[str, list[str]]:
     slips = [slip for slip, best in precision_explanations(inputs, row, logits).items() if best == chosen]
     if slips:
         lines.append(f"the chosen id is the first maximum of the logits {' and '.join(slips)}")
+        if slips == [TF32_SLIP]:
+            return "float32 logits from a TF32 matmul: rule 1 computes them in full float32 (TF32 off)", lines
         return "chose a non-maximal logit", lines
     if argmax_equal(logits[first], logits[chosen]):
         if want == 0.0 and math.copysign(1, want) < 0 < math.copysign(1, have):
@@ -215,7 +248,8 @@ def explain(inputs: Inputs, row: int, got: int) -> tuple[str, list[str]]:
         if mine > at:
             return "tie across ranks resolved to the higher rank", lines
         return "tie across ranks resolved by rank, not by id: a lower rank's larger (added) id won", lines
-    rounded = [str(d)[6:] for d in (torch.bfloat16, torch.float16) if torch.tensor(float(first)).to(d) == chosen]
+    as_float = torch.tensor(float(first), device="cpu")
+    rounded = [str(d)[6:] for d in (torch.bfloat16, torch.float16) if as_float.to(d) == chosen]
     if rounded and abs(chosen - first) == 1:  # the id alone cannot tell these two apart
         return f"global id off by one, or id carried in {rounded[0]}: {first} reported as {chosen} fits both", lines
     if rounded:

@@ -25,6 +25,7 @@ from properties.diagnose import ImplementationHung, PropertyFailure, explain_tok
 from properties.repro import check
 from properties.runner import oracle_top_k
 from properties.top_k import TOP_K_EXACT, check_top_k_contract
+from sharded.devices import DEVICE_ENV, DEVICES, check_device, default_device
 from sharded.impls import IMPL_ENV, load_impl
 
 TOKEN_RECORD = {"property": TOKEN_EXACT}  # replays the output contract and token equality
@@ -40,21 +41,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--backend", choices=("sim", "gloo"), help="where the ranks run (default: sim, or gloo for an engine)"
     )
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default=default_device(),
+        help=f"where the tensors live (default: ${DEVICE_ENV} or cpu)",
+    )
     parser.add_argument("--collective-timeout", type=float, default=runner.collective_timeout, help="seconds")
     args = parser.parse_args(argv)
     runner.collective_timeout = args.collective_timeout
     try:
+        runner.device = check_device(args.device)
         case = parse_case(args.case)
         impl = load_impl(args.impl or os.environ.get(IMPL_ENV) or "vllm_pairs")
         runner.pin_heads([impl])  # a model class's fixed head, as the suite ran it
-        backend = args.backend or ("gloo" if impl.process_bound else "sim")
+        backend = args.backend or ("gloo" if impl.process_bound and runner.device == "cpu" else "sim")
+        if backend == "gloo" and runner.device != "cpu":
+            raise ValueError(f"--device {runner.device} with --backend gloo: gloo cannot all-gather CUDA tensors")
         inputs = runner.prepare(case, backend)
         if args.k is not None and not 1 <= args.k <= inputs.vocab:
             raise ValueError(f"--k must be from 1 to the case's {inputs.vocab} token ids, got {args.k}")
     except ValueError as exc:  # one line, nothing run: the case string, --impl or --k cannot be used
         print(f"{parser.prog}: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    print(f"implementation: {impl} on {backend}, tp={inputs.tp}\ncase: {inputs.case!r}")
+    print(f"implementation: {impl} on {backend} ({runner.device}), tp={inputs.tp}\ncase: {inputs.case!r}")
     if args.k is None:
         for line in explain_tokens(impl, inputs):
             print(line)

@@ -22,7 +22,9 @@ import torch
 
 from properties import checks, top_k
 from properties.cases import Inputs
+from properties.diagnose import replay_backend
 from properties.repro_reader import FORMAT, read_record
+from sharded.devices import check_device
 from sharded.impls import load_impl
 
 INLINE_BYTES = 64 * 1024
@@ -37,14 +39,15 @@ def _encode(t: torch.Tensor) -> dict[str, Any]:
 def write(directory: str | Path, repro: dict[str, Any], blob: str | None = None, test: str = "property") -> Path:
     """Write one failure (``PropertyFailure.repro``) as ``DIR/<test>-<impl>-<backend>-<digest>.json``."""
     inputs: Inputs = repro["inputs"]
-    tensors = {name: getattr(inputs, name) for name in TENSORS if getattr(inputs, name) is not None}
+    tensors = {name: getattr(inputs, name).cpu() for name in TENSORS if getattr(inputs, name) is not None}
     record = {
         "format": FORMAT,
         "test": test,
         "property": repro["property"],
         "rule": repro["rule"],
         "impl": repro["impl"],
-        "backend": inputs.backend,
+        "backend": replay_backend(inputs),
+        "device": inputs.device,  # the tensors are stored on the CPU; replay moves them back there
         "case": repr(inputs.case),
         "case_fields": {f.name: getattr(inputs.case, f.name) for f in fields(inputs.case)},
         "target_vocab": inputs.target_vocab,
@@ -61,7 +64,7 @@ def write(directory: str | Path, repro: dict[str, Any], blob: str | None = None,
     key = [record["case"], record["impl"], record["property"], *([record["extra"]] if record["extra"] else [])]
     digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
     slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in f"{test}-{repro['impl']}")
-    path = Path(directory) / f"{slug}-{inputs.backend}-{digest}.json"
+    path = Path(directory) / f"{slug}-{record['backend']}-{digest}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     if sum(t.numel() * t.element_size() for t in tensors.values()) <= INLINE_BYTES:
         record["tensors"] = {name: _encode(t) for name, t in tensors.items()}
@@ -77,8 +80,9 @@ class DamagedRepro(ValueError):
     """A repro file that cannot be replayed as it stands; the message is one line and names the file."""
 
 
-def load(path: str | Path, backend: str | None = None) -> tuple[dict[str, Any], Inputs]:
-    """The record and its exact inputs (from the stored tensors), on ``backend`` or the recorded one.
+def load(path: str | Path, backend: str | None = None, device: str | None = None) -> tuple[dict[str, Any], Inputs]:
+    """The record and its exact inputs (from the stored tensors), on ``backend`` and ``device`` or the recorded
+    ones. A device this machine lacks is a ``ValueError`` that says so (not a :class:`DamagedRepro`).
 
     Repro files come from other machines and other people: every field, the side file's place and the
     tensors' shapes are checked, and anything wrong is a :class:`DamagedRepro`.
@@ -93,7 +97,8 @@ def load(path: str | Path, backend: str | None = None) -> tuple[dict[str, Any], 
     missing = [key for key in NEEDS.get(record["property"], ()) if key not in record.get("extra", {})]
     if missing:
         raise DamagedRepro(f"{path}: its property replays with extra {missing[0]!r}, which is missing")
-    return record, inputs if backend is None else replace(inputs, backend=backend)
+    inputs = inputs if backend is None else replace(inputs, backend=backend)
+    return record, inputs.on(check_device(device or record.get("device", "cpu")))
 
 
 TOP_K_CHECKS = {

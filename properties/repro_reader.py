@@ -25,6 +25,7 @@ from properties.cases import Case, Inputs, layouts_of, shown
 from properties.checks import BAD_INPUTS
 from properties.torch_files import load_weights_only
 from reference.checks import check_d2t
+from sharded.devices import DEVICES
 
 FORMAT = "tpargmax-repro/2"
 OLD_FORMATS = ("tpargmax-repro/1",)  # weight held every padded row in rank order (no added ids then)
@@ -57,6 +58,8 @@ def read_record(path: Path) -> tuple[dict[str, Any], Inputs]:
         raise ValueError(f"its 'case' string {shown(record['case'])} is not its case_fields' case {case!r}")
     if record["backend"] not in BACKENDS:
         raise ValueError(f"'backend' must be one of {BACKENDS}, got {shown(record['backend'])}")
+    if record.get("device", "cpu") not in DEVICES:  # older records ran on the CPU and do not say so
+        raise ValueError(f"'device' must be one of {DEVICES}, got {shown(record['device'])}")
     layouts = layouts_of(case)
     logits_vocab = layouts[0].vocab
     _check_extra(record.get("extra", {}), case, logits_vocab)

@@ -12,13 +12,15 @@ from properties.case_tensors import build
 from properties.cases import Case, Inputs
 from reference.oracle import draft_logits, tokens_from_draft_logits
 from reference.topk import classic_top_k
+from sharded.devices import rank_device
 from sharded.group import Traffic
 from sharded.impls import Impl
 from sharded.pool import RankPool
 from sharded.simulated import DEFAULT_TIMEOUT, run_simulated
 
-# Set by conftest from --collective-timeout, --gloo-tps and --heads.
+# Set by conftest from --collective-timeout, --gloo-tps, --heads and --device.
 collective_timeout = DEFAULT_TIMEOUT
+device = "cpu"  # where every rank's tensors and the oracle live: sharded.devices
 gloo_tps: tuple[int, ...] = (2, 4)
 HEADS = ("all", "base")  # base: only base ids are tokens (added rows, if any, lie beyond the logits vocabulary)
 heads = "all"
@@ -54,26 +56,27 @@ def pin_heads(impls: list[Impl]) -> None:
 
 def prepare(case: Case, backend: str = "sim") -> Inputs:
     """Build ``case`` for ``backend``, moving its tp to the nearest one the backend runs (under
-    ``--heads base``, its logits vocabulary down to the base ids; with a fixed head, to that head)."""
+    ``--heads base``, its logits vocabulary down to the base ids; with a fixed head, to that head), on ``device``."""
     if pinned:
         case = replace(case, **pinned)
     logits_vocab = case.logits_vocab or case.vocab + case.added
     if heads == "base" and logits_vocab > case.vocab:
         case = replace(case, logits_vocab=case.vocab)
-    return replace(build(replace(case, tp=nearest_tp(case.tp, backend))), backend=backend)
+    return replace(build(replace(case, tp=nearest_tp(case.tp, backend))), backend=backend).on(device)
 
 
 def rank_kwargs(inputs: Inputs, rank: int) -> dict[str, Any]:
-    """The contract's keyword arguments for one rank, copied so that ranks share no memory (shards are
-    assembled afresh for each call)."""
+    """The contract's keyword arguments for one rank, on its device, copied so that ranks share no memory
+    (shards are assembled afresh for each call)."""
+    where = rank_device(inputs.device, rank)
     return {
-        "hidden": inputs.hidden.clone(),
+        "hidden": inputs.hidden.to(where, copy=True),
         "weight": inputs.weight_shard(rank),
         "bias": inputs.bias_shard(rank),
         "layout": inputs.layouts[rank],
         "scale": inputs.case.scale,
         "soft_cap": inputs.case.soft_cap,
-        "d2t": None if inputs.d2t is None else inputs.d2t.clone(),
+        "d2t": None if inputs.d2t is None else inputs.d2t.to(where, copy=True),
     }
 
 

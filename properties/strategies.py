@@ -87,6 +87,7 @@ EDGE_CASES = (
     Case(batch=8, hidden=6, vocab=200, tp=2, ties=("shard_boundary",), padding="copy_max", seed=3),
     Case(batch=4, hidden=5, vocab=300, tp=4, ties=("whole_row",), dtype="bfloat16"),
     Case(batch=4, hidden=5, vocab=500, tp=4, ties=("softcap_saturation",), soft_cap=2.0, seed=4),
+    Case(batch=8, hidden=256, vocab=4096, tp=2, weights="normal", ties=("fp32_near_tie",), seed=11),  # TF32's trap
     Case(batch=4, hidden=5, vocab=500, tp=4, bias=True, scale=0.5, specials=("signed_zero",), seed=5),
     Case(batch=4, hidden=5, vocab=700, tp=4, bias=True, specials=("nan_ranks",), d2t="eagle3", target_extra=900),
     Case(batch=4, hidden=5, vocab=90, tp=2, bias=True, specials=("neg_inf_rows",), d2t="zeros", target_extra=10),

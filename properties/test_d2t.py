@@ -17,6 +17,7 @@ from properties.d2t_findings import (
     find_counterexample,
     increasing_tables,
     non_monotone_tables,
+    targets_of,
     tie_pairs,
 )
 from properties.runner import backend_tps
@@ -55,7 +56,7 @@ def test_the_flag_fires_exactly_on_non_monotone_tables(impl, backend, request, d
     )
     if finding is not None:
         record_finding(request.node, finding)
-        targets = torch.arange(d2t.numel()) + d2t
+        targets = targets_of(d2t)
         assert (finding.local_token, finding.classic_token) == (int(targets[i]), int(targets[j]))
         si, sj, ti, tj = report.first_inversion  # static and dynamic agree on the first inverted pair too
         static = check_tie(impl, d2t, target_vocab, si, sj, backend=backend, tp=backend_tps(backend)[0])
@@ -63,9 +64,9 @@ def test_the_flag_fires_exactly_on_non_monotone_tables(impl, backend, request, d
 
 
 def _single_inversion(vocab: int, i: int, j: int) -> tuple[torch.Tensor, int]:
-    targets = torch.arange(vocab) * 2  # an increasing table with gaps, into twice the targets
+    targets = torch.arange(vocab, device="cpu") * 2  # an increasing table with gaps, into twice the targets
     targets[[i, j]] = targets[[j, i]]
-    return targets - torch.arange(vocab), 2 * vocab
+    return targets - torch.arange(vocab, device="cpu"), 2 * vocab
 
 
 @pytest.mark.own_head

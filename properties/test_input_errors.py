@@ -7,10 +7,12 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from properties import runner
 from properties.checks import BAD_INPUTS, check_rejects
 from properties.runner import backend_tps, prepare, run_per_rank
 from properties.strategies import cases
 from reference.checks import FLOAT_ID_LIMIT
+from sharded.devices import rank_device
 from sharded.layout import vocab_parallel_layout
 
 
@@ -29,10 +31,11 @@ def test_ids_beyond_float32_are_exact_or_rejected(impl, backend):
     winner = FLOAT_ID_LIMIT + 1  # odd, so float32 cannot hold it
     per_rank = []
     for lay in layouts:
-        weight = torch.zeros(lay.size, 1)
+        where = rank_device(runner.device, lay.rank)
+        weight = torch.zeros(lay.size, 1, device=where)
         if lay.row_of(winner) is not None:
             weight[lay.row_of(winner), 0] = 1.0
-        args = {"hidden": torch.ones(1, 1), "bias": None, "scale": 1.0, "soft_cap": None, "d2t": None}
+        args = {"hidden": torch.ones(1, 1, device=where), "bias": None, "scale": 1.0, "soft_cap": None, "d2t": None}
         per_rank.append({**args, "weight": weight, "layout": lay})
     try:
         results, _ = run_per_rank(impl, backend, per_rank)

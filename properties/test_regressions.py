@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from properties import repro
+from properties import repro, runner
 from properties.runner import nearest_tp
 
 
@@ -23,7 +23,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def test_repro_file_replays_clean(impl, repro_file, request):
     try:
-        record, inputs = repro.load(repro_file)
+        record, inputs = repro.load(repro_file, device=runner.device)
     except repro.DamagedRepro as exc:
         damaged = str(exc)
     else:

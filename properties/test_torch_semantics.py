@@ -11,8 +11,10 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from properties import runner
 from properties.cases import DTYPES
 from reference.pyargmax import py_argmax
+from sharded.devices import case_device
 
 SPECIALS = (float("nan"), -float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 5e-324, 1e-40, 3e38, 1.0)
 values = st.one_of(st.sampled_from(SPECIALS), st.floats(width=32), st.integers(-3, 3).map(float))
@@ -22,8 +24,8 @@ ARGMAXES = {"torch.argmax": lambda t: int(torch.argmax(t)), "torch.max(dim=0)": 
 
 
 def check_argmax(argmax, row: list[float], dtype: str) -> None:
-    """``argmax`` on ``row`` (cast to ``dtype``) must pick what the pure-Python argmax picks."""
-    t = torch.tensor(row, dtype=torch.float32).to(DTYPES[dtype])
+    """``argmax`` on ``row`` (cast to ``dtype``, on the run's device) must pick what the pure-Python argmax picks."""
+    t = torch.tensor(row, dtype=torch.float32, device=case_device(runner.device)).to(DTYPES[dtype])
     want = py_argmax(t.float().tolist())  # the values as the dtype holds them
     got = argmax(t)
     assert got == want, f"argmax of {t.tolist()} ({dtype}) picked {got}; the first maximum is {want}"

@@ -4,8 +4,8 @@
 
 Rank 0 runs pytest (default: ``properties/``) with ``--backend torchrun``:
 Hypothesis draws every example there, and each example is sent to all ranks,
-which run the implementation under test on their own shard (gloo on CPU, NCCL
-when there are at least N CUDA devices).  The exit status is pytest's.
+which run the implementation under test on their own shard (gloo on the CPU;
+NCCL with ``--device cuda``, one GPU per rank).  The exit status is pytest's.
 """
 
 from __future__ import annotations
@@ -22,19 +22,29 @@ import pytest
 import torch.distributed as dist
 
 from properties import runner
+from sharded.devices import default_device
 from sharded.torchrun import TorchrunJob
 
 
-def _timeout(args: list[str]) -> float:
-    """The value of ``--collective-timeout`` among pytest's args, else 30 s."""
+def _option(args: list[str], name: str, default: str) -> str:
+    """The value of option ``name`` among pytest's args (``--name V`` or ``--name=V``), else ``default``."""
     for i, arg in enumerate(args):
-        if arg.startswith("--collective-timeout"):
-            return float(arg.split("=", 1)[1] if "=" in arg else args[i + 1])
-    return 30.0
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(f"{name}="):
+            return arg.split("=", 1)[1]
+    return default
 
 
 def main(args: list[str]) -> int:
-    job = TorchrunJob(timeout=_timeout(args))
+    try:
+        job = TorchrunJob(
+            timeout=float(_option(args, "--collective-timeout", "30")),
+            device=_option(args, "--device", default_device()),
+        )
+    except ValueError as exc:  # every rank says the same; torchrun shows each rank's exit status
+        print(f"properties.torchrun: {exc}", file=sys.stderr)
+        return 4  # pytest's usage-error status
     code = 0
     try:
         if job.rank == 0:

@@ -68,7 +68,7 @@ def check_d2t(d2t: torch.Tensor, vocab: int, target_vocab: int | None = None) ->
         raise InvalidInput(f"d2t must hold integer offsets (int64), got {d2t.dtype}")
     if d2t.shape[0] != vocab:
         raise InvalidInput(f"d2t has {d2t.shape[0]} entries but the draft vocabulary has {vocab} ids")
-    targets = torch.arange(vocab, dtype=torch.int64) + d2t.to(torch.int64)
+    targets = torch.arange(vocab, dtype=torch.int64, device=d2t.device) + d2t.to(torch.int64)
     bad = (targets < 0) if target_vocab is None else (targets < 0) | (targets >= target_vocab)
     if bool(bad.any()):
         ids = bad.nonzero().flatten()[:5].tolist()

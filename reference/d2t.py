@@ -112,7 +112,7 @@ def analyse_d2t(
     if t2d is not None and target_vocab is None:
         target_vocab = t2d.numel()
     vocab = d2t.numel()
-    targets = torch.arange(vocab, dtype=torch.int64) + d2t.to(torch.int64)
+    targets = torch.arange(vocab, dtype=torch.int64, device=d2t.device) + d2t.to(torch.int64)
     bad = targets < 0 if target_vocab is None else (targets < 0) | (targets >= target_vocab)
     if bool(bad.any()):
         ids = bad.nonzero().flatten()
@@ -125,9 +125,9 @@ def analyse_d2t(
         ids = tuple(sorted(int(k) for k in (targets == target).nonzero().flatten()))
         return D2TReport(NON_INJECTIVE, vocab, target_vocab, collisions=ids, collision_target=target)
     if t2d is not None:
-        image = torch.zeros(t2d.numel(), dtype=torch.bool)
+        image = torch.zeros(t2d.numel(), dtype=torch.bool, device=targets.device)
         image[targets] = True
-        diff = (image != t2d.to(torch.bool)).nonzero().flatten()
+        diff = (image != t2d.to(targets.device, torch.bool)).nonzero().flatten()
         if diff.numel():
             t = int(diff[0])
             return D2TReport(T2D_MISMATCH, vocab, target_vocab, t2d_mismatch=(t, bool(t2d[t]), bool(image[t])))

@@ -57,8 +57,8 @@ def row_ids(org: int, added: int, padding_size: int, tp: int) -> torch.Tensor:
     """``[tp, vp / tp]`` int64: the global id of each rank's rows, ``NOT_A_ROW`` for padding."""
     base, total = padded_sizes(org, added, padding_size)
     per_rank = total // tp
-    rank = torch.arange(tp).unsqueeze(1)
-    row = torch.arange(per_rank).unsqueeze(0)
+    rank = torch.arange(tp, device="cpu").unsqueeze(1)  # a head's ids are computed once, on the CPU, and cached
+    row = torch.arange(per_rank, device="cpu").unsqueeze(0)
     base_rows, added_rows = base // tp, (total - base) // tp
     in_base = row < base_rows
     ids = torch.where(in_base, rank * base_rows + row, org + rank * added_rows + (row - base_rows))
@@ -72,6 +72,6 @@ def token_columns(org: int, added: int, padding_size: int, tp: int, logits_vocab
     suite asks for the same few heads thousands of times; callers must not modify the result)."""
     ids = row_ids(org, added, padding_size, tp).flatten()
     tokens = ((ids != NOT_A_ROW) & (ids < logits_vocab)).nonzero().flatten()
-    columns = torch.empty(logits_vocab, dtype=torch.int64)
+    columns = torch.empty(logits_vocab, dtype=torch.int64, device="cpu")  # moved to the logits' device by callers
     columns[ids[tokens]] = tokens
     return columns

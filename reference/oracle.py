@@ -47,10 +47,15 @@ def draft_logits(
                 f"weight shard {rank} has {w.shape[0]} rows; a head of {org} base + {added_vocab} added ids padded "
                 f"to multiples of {padding_size} has {total} rows, {total // tp} per rank at tp={tp}"
             )
+    # each shard on its own device (as its rank computes it), then together on the hidden states' device
     full = torch.cat(
-        [head_logits(hidden, w, b, scale, soft_cap) for w, b in zip(weight_shards, biases, strict=True)], dim=1
+        [
+            head_logits(hidden.to(w.device), w, b, scale, soft_cap).to(hidden.device)
+            for w, b in zip(weight_shards, biases, strict=True)
+        ],
+        dim=1,
     )
-    return full.index_select(1, token_columns(org, added_vocab, padding_size, tp, vocab))
+    return full.index_select(1, token_columns(org, added_vocab, padding_size, tp, vocab).to(full.device))
 
 
 def scatter_to_target(logits: torch.Tensor, d2t: torch.Tensor, target_vocab: int) -> torch.Tensor:

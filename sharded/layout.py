@@ -56,14 +56,21 @@ class ShardLayout:
         """Rows ``[added_row, added_row + added_real)`` hold added ids; the rest of the rank is padding."""
         return max(0, min(self.size - self.added_row, self.org_vocab + self.added_vocab - self.added_start))
 
-    def token_rows(self) -> torch.Tensor:
-        """The rows that are tokens, ascending (so are their global ids)."""
-        base = torch.arange(self.num_real)
-        return base if not self.num_added else torch.cat([base, torch.arange(self.num_added) + self.added_row])
+    def token_rows(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The rows that are tokens, ascending (so are their global ids), on ``device`` (the logits')."""
+        base = torch.arange(self.num_real, device=device)
+        if not self.num_added:
+            return base
+        return torch.cat([base, torch.arange(self.num_added, device=device) + self.added_row])
 
-    def token_ids(self) -> torch.Tensor:
-        """The global ids of :meth:`token_rows`."""
-        return torch.cat([torch.arange(self.num_real) + self.start, torch.arange(self.num_added) + self.added_start])
+    def token_ids(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The global ids of :meth:`token_rows`, on ``device``."""
+        return torch.cat(
+            [
+                torch.arange(self.num_real, device=device) + self.start,
+                torch.arange(self.num_added, device=device) + self.added_start,
+            ]
+        )
 
     def row_of(self, token: int) -> int | None:
         """The row holding global id ``token`` on this rank (padding and non-token rows included), or None."""

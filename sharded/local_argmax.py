@@ -38,8 +38,8 @@ def checked_shard_logits(
 def token_logits(logits: torch.Tensor, layout: ShardLayout) -> tuple[torch.Tensor, torch.Tensor]:
     """``[B, n]`` logits of this rank's token rows (base, then added) and their ascending global ids ``[n]``."""
     # a view while the tokens are one block
-    values = logits[:, : layout.num_real] if not layout.num_added else logits[:, layout.token_rows()]
-    return values, layout.token_ids()
+    values = logits[:, : layout.num_real] if not layout.num_added else logits[:, layout.token_rows(logits.device)]
+    return values, layout.token_ids(logits.device)
 
 
 def local_best(logits: torch.Tensor, layout: ShardLayout) -> tuple[torch.Tensor, torch.Tensor]:

@@ -128,6 +128,11 @@ class _World:
                     pass
 
 
+def _here(parts: list[torch.Tensor], mine: torch.Tensor) -> list[torch.Tensor]:
+    """Every rank's part on this rank's device (ranks on several GPUs), as a real collective delivers them."""
+    return [p.to(mine.device) for p in parts]
+
+
 class SimGroup:
     """One rank's view of a simulated group (see :class:`sharded.group.TPGroup`)."""
 
@@ -138,14 +143,14 @@ class SimGroup:
         self.traffic = Traffic()
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        out = torch.stack(self._world.exchange(self.rank, "all_gather", tensor))
+        out = torch.stack(_here(self._world.exchange(self.rank, "all_gather", tensor), tensor))
         self.traffic.record("all_gather", out)
         return out
 
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> torch.Tensor:
         if op not in _REDUCERS:
             raise ValueError(f"unsupported reduce op {op!r}; use one of {sorted(_REDUCERS)}")
-        parts = self._world.exchange(self.rank, f"all_reduce({op})", tensor)
+        parts = _here(self._world.exchange(self.rank, f"all_reduce({op})", tensor), tensor)
         out = parts[0].clone()
         for part in parts[1:]:
             out = _REDUCERS[op](out, part)
@@ -214,9 +219,11 @@ def run_simulated(
                 f"a collective was never joined: rank(s) {sorted(waiting)} waited in {what}, "
                 f"rank(s) {returned} of {world_size} returned without joining it (a real group would hang)"
             )
-        if len({(w, t.dtype, tuple(t.shape)) for w, t in waiting.values()}) != 1:
+        if len({(w, t.dtype, tuple(t.shape), t.device.type) for w, t in waiting.values()}) != 1:
             world.stop("mismatched collectives")
-            calls = "; ".join(f"rank {r}: {w} {t.dtype} {tuple(t.shape)}" for r, (w, t) in waiting.items())
+            calls = "; ".join(
+                f"rank {r}: {w} {t.dtype} {tuple(t.shape)} on {t.device.type}" for r, (w, t) in waiting.items()
+            )
             raise CollectiveError(f"ranks called mismatched collectives: {calls}")
         parts = [t for _, t in waiting.values()]
         for turn in world.turns:

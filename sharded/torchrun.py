@@ -3,7 +3,8 @@
 Under ``torchrun --nproc-per-node N``, rank 0 sends each task (implementation
 and every rank's arguments) to the others and runs its own share; the replies
 come back to rank 0, which judges them like the process pool does.  The TP group
-is NCCL when there are at least N CUDA devices, else gloo; tasks and replies
+is gloo on the CPU and NCCL on CUDA (``--device cuda``), each rank on its own GPU:
+NCCL refuses two ranks on one GPU, so CUDA needs N GPUs.  Tasks and replies
 always travel over a separate gloo group as pickled bytes (no ``*_object``
 collectives, which need NumPy).
 """
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from sharded.devices import check_device
 from sharded.group import Traffic
 from sharded.tasks import TaskRunner, outcome
 from sharded.torch_group import TorchGroup, all_gather_flat
@@ -41,9 +43,14 @@ def _to(obj: Any, device: torch.device) -> Any:
 class TorchrunJob:
     """This process's place in the job: its rank, the TP group, and the control channel."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, device: str = "cpu") -> None:
         world_size = int(os.environ["WORLD_SIZE"])
-        use_nccl = torch.cuda.is_available() and torch.cuda.device_count() >= world_size
+        use_nccl = check_device(device) == "cuda"
+        if use_nccl and torch.cuda.device_count() < world_size:
+            raise ValueError(
+                f"--device cuda: {world_size} ranks need {world_size} GPUs for NCCL (one rank per GPU), "
+                f"this node has {torch.cuda.device_count()}; run fewer ranks, or --backend sim for any tp on one GPU"
+            )
         self.backend = "nccl" if use_nccl else "gloo"
         if use_nccl:
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))

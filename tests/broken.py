@@ -14,10 +14,19 @@ from collections import Counter
 
 import torch
 
+from properties.diagnose import tf32_linear
 from reference.checks import check_d2t, check_scale
 from reference.logits import head_logits
 from sharded.keys import decode_ids, encode_keys
-from sharded.local_argmax import checked_shard_logits, local_best, map_d2t, pick_pairs, token_logits, vllm_pairs
+from sharded.local_argmax import (
+    checked_shard_logits,
+    local_best,
+    map_d2t,
+    packed_key,
+    pick_pairs,
+    token_logits,
+    vllm_pairs,
+)
 from sharded.local_top_k import local_top_k, merge_pairs, topk_pairs
 from sharded.torch_group import TorchGroup
 
@@ -38,17 +47,18 @@ def _unmasked(rows: str):
 
     def impl(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
         logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
+        at = logits.device
         extra = {
-            "base padding": torch.arange(layout.base_real, layout.added_row),
-            "added padding": torch.arange(layout.added_row + layout.added_real, layout.size),
+            "base padding": torch.arange(layout.base_real, layout.added_row, device=at),
+            "added padding": torch.arange(layout.added_row + layout.added_real, layout.size, device=at),
             "ids >= vocab": torch.cat(
                 [
-                    torch.arange(layout.num_real, layout.base_real),
-                    torch.arange(layout.num_added, layout.added_real) + layout.added_row,
+                    torch.arange(layout.num_real, layout.base_real, device=at),
+                    torch.arange(layout.num_added, layout.added_real, device=at) + layout.added_row,
                 ]
             ),
         }[rows]
-        cols = torch.cat([layout.token_rows(), extra]).sort().values
+        cols = torch.cat([layout.token_rows(at), extra]).sort().values
         ids = _by_position(layout, cols)
         if not cols.numel():
             return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
@@ -120,7 +130,10 @@ def _keyed(canonical_zero: bool, canonical_nan: bool):
         logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
         values, ids = token_logits(logits, layout)
         if not ids.numel():
-            values, ids = logits.new_full((logits.shape[0], 1), float("-inf")), torch.tensor([layout.start])
+            values, ids = (
+                logits.new_full((logits.shape[0], 1), float("-inf")),
+                torch.tensor([layout.start], device=logits.device),
+            )
         keys = encode_keys(values, ids.expand_as(values), canonical_zero=canonical_zero, canonical_nan=canonical_nan)
         best = group.all_reduce(keys.max(dim=-1).values, op="max")  # local and global choice by key
         return map_d2t(decode_ids(best), d2t, layout)
@@ -159,6 +172,21 @@ def logits_in_float64(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None,
     return map_d2t(torch.where(tied, ids, float("inf")).min(dim=0).values.long(), d2t, layout)
 
 
+def tf32_matmul(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """float32 logits from a TF32 matmul (``torch.backends.cuda.matmul.allow_tf32``): rule 1's GPU trap.
+
+    On CUDA, cuBLAS's own TF32; on the CPU, ``properties.diagnose.tf32_linear``'s model of it.
+    """
+    checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)  # validation only
+    if hidden.dtype != torch.float32:  # TF32 changes float32 matmuls only
+        return packed_key(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+    logits = tf32_linear(hidden, weight, bias)
+    if soft_cap is not None:
+        logits = torch.tanh(logits / soft_cap) * soft_cap
+    logits = logits * scale if scale != 1.0 else logits
+    return map_d2t(decode_ids(group.all_reduce(encode_keys(*local_best(logits, layout)), op="max")), d2t, layout)
+
+
 def d2t_skipped(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
     if d2t is not None:
         check_d2t(d2t, layout.vocab)
@@ -189,7 +217,7 @@ def alternating_tie_break(hidden, weight, bias, layout, *, scale=1.0, soft_cap=N
 
 def last_rank_skips_the_exchange(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
     if group.rank == group.world_size - 1:
-        return torch.zeros(hidden.shape[0], dtype=torch.int64)  # its peers wait in all_gather
+        return torch.zeros(hidden.shape[0], dtype=torch.int64, device=hidden.device)  # its peers wait in all_gather
     return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
 
 
@@ -235,9 +263,10 @@ def topk_merge_by_rank(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=N
 def topk_padding_fills_short_rank(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
     """A rank with fewer than k tokens fills its slots with the rows that follow, padding included."""
     logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
-    rows, ids = layout.token_rows(), layout.token_ids()
+    rows, ids = layout.token_rows(logits.device), layout.token_ids(logits.device)
     if rows.numel() < k:
-        spare = torch.tensor([r for r in range(layout.size) if r not in set(rows.tolist())][: k - rows.numel()])
+        spare = [r for r in range(layout.size) if r not in set(rows.tolist())][: k - rows.numel()]
+        spare = torch.tensor(spare, dtype=torch.int64, device=logits.device)
         rows, ids = torch.cat([rows, spare]), torch.cat([ids, _by_position(layout, spare)])
     values, top = merge_pairs(*local_top_k(logits[:, rows], ids, k), k, group)
     return _map_any(top, d2t, layout) if d2t is not None else top, values

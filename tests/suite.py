@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, Phase, settings
 
 from properties.diagnose import ImplementationHung
 from properties.profiles import running_with
-from sharded.impls import load_impl
+from sharded.impls import Impl, load_impl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,16 +53,16 @@ FIND_ONLY = settings(
 )
 
 
-def failure(prop, impl: str) -> str:
-    """Run ``prop`` as the suite would, on the simulated group, against ``impl`` (a ``tests.broken`` name or a
-    spec); the message it failed with, or ''."""
-    broken = load_impl(impl if ":" in impl else f"tests.broken:{impl}")
+def failure(prop, impl: str | Impl, budget: settings = FIND_ONLY) -> str:
+    """Run ``prop`` as the suite would, on the simulated group, against ``impl`` (a ``tests.broken`` name, a
+    spec or an :class:`Impl`); the message it failed with, or ''."""
+    broken = impl if isinstance(impl, Impl) else load_impl(impl if ":" in impl else f"tests.broken:{impl}")
     given = {"impl": broken, "backend": "sim"}
     if "topk_impl" in inspect.signature(prop).parameters:  # a top-k property: the argmax side is correct
         given.update(topk_impl=broken, impl=load_impl("vllm_pairs"))
     given["request"] = SimpleNamespace(node=SimpleNamespace(user_properties=[]))  # the d2t findings' sink
     try:
-        with running_with(prop, FIND_ONLY) if hasattr(prop, "hypothesis") else nullcontext():
+        with running_with(prop, budget) if hasattr(prop, "hypothesis") else nullcontext():
             prop(**{name: given[name] for name in inspect.signature(prop).parameters})
     except (AssertionError, ImplementationHung) as exc:
         return str(exc)

@@ -16,6 +16,7 @@ DEFAULTS = {
     "max_examples": None,
     "gloo_tps": None,
     "backend": "sim,gloo",
+    "device": "cpu",
     "impl": None,
 }
 
@@ -35,6 +36,7 @@ def configure(monkeypatch):
     """conftest's pytest_configure on the given options; what it sets globally is put back afterwards."""
     monkeypatch.setattr(runner, "collective_timeout", runner.collective_timeout)
     monkeypatch.setattr(runner, "gloo_tps", runner.gloo_tps)
+    monkeypatch.setattr(runner, "device", runner.device)
     profile = settings.get_current_profile_name()
     yield lambda **given: conftest.pytest_configure(Options(**given))
     settings.load_profile(profile)

@@ -41,6 +41,7 @@ CATCHES = [
     (eq.test_token_exact, "nan_ignored", "[NaN not treated as the maximum"),
     (eq.test_token_exact, "subnormals_flushed", "[chose a non-maximal logit]"),
     (eq.test_token_exact, "logits_in_float64", "[chose a non-maximal logit]"),
+    (eq.test_token_exact, "tf32_matmul", "[float32 logits from a TF32 matmul: rule 1"),
     (eq.test_token_exact, "last_index_in_shard", "[tie within a shard resolved to a later index"),
     (eq.test_token_exact, "highest_rank_wins", "[tie across ranks resolved to the higher rank]"),
     (eq.test_token_exact, "ids_in_bf16", "id carried in bfloat16"),

@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("files", nargs="+", help="repro .json files or directories holding them")
     rep.add_argument("--impl", help="replay against this implementation instead of the recorded one")
     rep.add_argument("--backend", choices=("sim", "gloo"), help="replay on this backend instead of the recorded one")
+    rep.add_argument("--device", choices=("cpu", "cuda"), help="replay on this device instead of the recorded one")
     rep.add_argument("--collective-timeout", type=float, default=10.0, help="seconds (default %(default)s)")
     rep.set_defaults(run=lambda args: _lazy("tpargmax.replay", "replay")(args))
 

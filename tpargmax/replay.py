@@ -24,17 +24,20 @@ def replay(args: argparse.Namespace) -> int:
     failed = unreadable = 0
     for path in files:
         try:
-            record, inputs = repro.load(path, backend=args.backend)
+            record, inputs = repro.load(path, backend=args.backend, device=args.device)
+            if inputs.backend == "gloo" and inputs.device != "cpu":
+                raise ValueError(f"{path}: gloo cannot all-gather CUDA tensors: replay it with --backend sim")
             impl = load_impl(args.impl or record["impl"])
             if "argmax_impl" in record.get("extra", {}):  # a top-1 find is judged against it: it must load too
                 load_impl(record["extra"]["argmax_impl"])
-        except ValueError as exc:  # a damaged file (a DamagedRepro names it), or an implementation that won't load
-            where = "" if isinstance(exc, repro.DamagedRepro) else f"{path}: "
+        except ValueError as exc:  # a damaged file (a DamagedRepro names it), a device or implementation it lacks
+            where = "" if isinstance(exc, repro.DamagedRepro) or str(exc).startswith(f"{path}: ") else f"{path}: "
             print(f"tpargmax repro: {where}{' '.join(str(exc).split())}", file=sys.stderr)
             unreadable += 1
             continue
         print(
-            f"{path}: {record['property']}\n  implementation {impl} on {inputs.backend}, tp={inputs.tp}; "
+            f"{path}: {record['property']}\n  implementation {impl} on {inputs.backend} ({inputs.device}), "
+            f"tp={inputs.tp}; "
             f"recorded rule: {record['rule']}\n  case: {inputs.case!r}"
         )
         if "k" in record.get("extra", {}):  # a top-k find: the check below names the slot and both ids

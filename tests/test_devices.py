@@ -1,0 +1,173 @@
+"""``--device``, tested as far as a CPU can test it.
+
+On a GPU a tensor made without naming a device lands on the CPU and meets the
+rank's CUDA tensors, which torch refuses.  Here every such tensor lands on
+``meta`` instead (``torch.device`` as a context, in the driver's thread and in
+each rank's), where it has no values: a property that let one reach a token, a
+comparison or a message would fail.  So the properties run clean only if
+``reference/``, ``sharded/`` and ``properties/`` name the device of every
+tensor they make.  The rest: the usage errors, and the device a repro file records.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import pytest
+import torch
+from hypothesis import settings
+
+import conftest
+from properties import repro, runner
+from properties import test_d2t as d2t
+from properties import test_divergence as divergence
+from properties import test_equivalence as eq
+from properties import test_head_layouts as layouts
+from properties import test_input_errors as errors
+from properties import test_top_k as top_k
+from properties.cases import Case
+from properties.checks import TOKEN_EXACT
+from sharded.impls import Impl, load_impl
+from sharded.local_argmax import packed_key
+from tests.suite import FIND_ONLY, failure, run
+from tests.test_options import Options
+
+IMPLIED = torch.device("meta")  # where a tensor made without a device goes, while these tests run
+BUDGET = settings(FIND_ONLY, max_examples=40)
+
+
+def implied_meta(impl: Impl) -> Impl:
+    """``impl`` with every rank's tensors made without a device put on ``meta`` (rank threads have their own)."""
+
+    @functools.wraps(impl.fn)  # keeps path, head and the other attributes the suite reads
+    def on_rank(**kwargs):
+        with IMPLIED:
+            return impl.fn(**kwargs)
+
+    return Impl(impl.spec, on_rank)
+
+
+def test_the_trap_catches_a_tensor_made_without_a_device():
+    """A right answer, plus a tensor made without a device: on a GPU, a CPU tensor meeting a CUDA one."""
+
+    def implied_zero(**kwargs):
+        return packed_key(**kwargs) + torch.zeros(1, dtype=torch.int64)  # no device: the bug
+
+    with IMPLIED:
+        message = failure(eq.test_token_exact, implied_meta(Impl("implied_zero", implied_zero)), BUDGET)
+    assert "raised on valid input" in message and "meta" in message, message
+
+
+@pytest.mark.parametrize(
+    "prop",
+    [
+        eq.test_token_exact,
+        eq.test_output_contract,
+        eq.test_tp_invariance,
+        eq.test_row_independence,
+        eq.test_determinism,
+        errors.test_rejects_bad_input,
+        divergence.test_all_neg_inf_row_with_offset_d2t,
+        d2t.test_the_flag_fires_exactly_on_non_monotone_tables,
+        layouts.test_oracle_logits_are_the_full_head_by_global_id,
+    ],
+    ids=lambda p: p.__name__,
+)
+@pytest.mark.parametrize("name", ["packed_key", "vllm_pairs", "classic_gather", "sglang_style"])
+def test_no_tensor_is_made_on_an_implied_device(prop, name):
+    if prop is d2t.test_the_flag_fires_exactly_on_non_monotone_tables and name == "classic_gather":
+        pytest.skip("a classic path scatters through d2t before its argmax")
+    with IMPLIED:
+        message = failure(prop, implied_meta(load_impl(name)), BUDGET)
+    assert not message, message
+
+
+@pytest.mark.parametrize(
+    "prop", [top_k.test_top_k_exact, top_k.test_top_k_contract, top_k.test_top1_is_the_argmax_token]
+)
+def test_no_tensor_is_made_on_an_implied_device_in_top_k(prop):
+    with IMPLIED:
+        message = failure(prop, implied_meta(load_impl("topk_pairs")), BUDGET)
+    assert not message, message
+
+
+@pytest.mark.parametrize(
+    "prop, name, words",
+    [
+        (eq.test_token_exact, "lowest_rank_wins", "[tie across ranks resolved by rank, not by id"),
+        (eq.test_token_exact, "nan_ignored", "[NaN not treated as the maximum"),
+        (eq.test_token_exact, "added_padding_unmasked", "[added padding returned: "),
+        (eq.test_token_exact, "d2t_skipped", "[d2t mapping skipped"),
+        (eq.test_token_exact, "ids_in_bf16", "id carried in bfloat16"),
+        (eq.test_token_exact, "softcap_after_choosing", "[soft cap applied after choosing"),
+        (top_k.test_top_k_exact, "topk_merge_by_rank", "[top-k tie order: equal logits must come in ascending id]"),
+    ],
+)
+def test_a_diagnosis_makes_no_tensor_on_an_implied_device(prop, name, words):
+    """A wrong token is explained from the oracle's logits: that code runs on the device too."""
+    with IMPLIED:
+        message = failure(prop, implied_meta(load_impl(f"tests.broken:{name}")), FIND_ONLY)
+    assert words in message, message
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda_is_a_usage_error_in_one_line(monkeypatch):
+    monkeypatch.setattr(runner, "device", runner.device)
+    with pytest.raises(pytest.UsageError) as info:
+        conftest.pytest_configure(Options(device="cuda"))
+    assert str(info.value).startswith("--device cuda: no CUDA device here") and "\n" not in str(info.value)
+    done = run(
+        [sys.executable, "-m", "properties.replay", "--device", "cuda", "Case(batch=1, hidden=3, vocab=5, tp=1)"]
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "--device cuda: no CUDA device here" in done.stderr
+    done = run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "properties"], TPARGMAX_DEVICE="cuda")
+    assert done.returncode == 4 and "--device cuda: no CUDA device here" in done.stderr, done.stderr
+
+
+def test_an_unknown_device_is_a_usage_error(monkeypatch):
+    monkeypatch.setattr(runner, "device", runner.device)
+    with pytest.raises(pytest.UsageError, match=r"--device: choose cpu or cuda, got 'tpu'"):
+        conftest.pytest_configure(Options(device="tpu"))
+
+
+def test_gloo_with_cuda_tensors_is_a_usage_error_and_sim_the_default(monkeypatch):
+    """gloo all-gathers CPU tensors only; on CUDA the default backend is the simulated group."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(runner, "device", runner.device)
+    with pytest.raises(pytest.UsageError, match="gloo cannot all-gather CUDA tensors; use --backend sim"):
+        conftest.pytest_configure(Options(device="cuda", backend="gloo"))
+    config = Options(device="cuda", backend=None)
+    conftest.pytest_configure(config)
+    assert config.tpargmax_backends == ["sim"] and runner.device == "cuda"
+
+
+def _written(tmp_path) -> tuple[dict, object]:
+    inputs = runner.prepare(Case(batch=2, hidden=4, vocab=130, tp=2, bias=True, d2t="eagle3", target_extra=9))
+    failure_record = {"inputs": inputs, "property": TOKEN_EXACT, "rule": "r", "impl": "vllm_pairs", "extra": {}}
+    path = repro.write(tmp_path, failure_record)
+    return json.loads(path.read_text()), path
+
+
+def test_a_repro_file_records_the_device_and_replays_on_another(tmp_path):
+    with IMPLIED:
+        record, path = _written(tmp_path)
+        assert record["device"] == "cpu"
+        _, inputs = repro.load(path)
+    assert inputs.device == "cpu" and inputs.hidden.device.type == "cpu"
+    record["device"] = "cuda"  # a find from a GPU machine
+    path.write_text(json.dumps(record))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="--device cuda: no CUDA device here") as info:
+            repro.load(path)
+        assert not isinstance(info.value, repro.DamagedRepro)
+        done = run([sys.executable, "-m", "tpargmax", "repro", str(path)])
+        assert done.returncode == 2 and "no CUDA device here" in done.stderr, done.stderr
+    done = run([sys.executable, "-m", "tpargmax", "repro", "--device", "cpu", str(path)])
+    assert done.returncode == 0 and "on sim (cpu)" in done.stdout, done.stdout + done.stderr
+    record["device"] = "tpu"
+    path.write_text(json.dumps(record))
+    with pytest.raises(repro.DamagedRepro, match="'device' must be one of"):
+        repro.load(path)
