@@ -30,6 +30,9 @@ def test_repro_file_replays_clean(impl, repro_file, request):
         damaged = ""
     if damaged:  # one line that names the file and what is wrong with it (raised outside the except: no chain)
         pytest.fail(damaged, pytrace=False)
+    other = {k: v for k, v in runner.pinned.items() if getattr(inputs.case, k) != v}
+    if other:  # its tensors are another head's: nothing to replay on an implementation built for one head
+        pytest.skip(f"the file's case is not the head the implementation fixes ({', '.join(sorted(other))} differ)")
     if inputs.backend not in request.config.tpargmax_backends:  # the same head, on a backend that runs
         backend = request.config.tpargmax_backends[0]
         inputs = replace(inputs.with_tp(nearest_tp(inputs.tp, backend)), backend=backend)

@@ -14,6 +14,13 @@ from sharded.local_top_k import TOPK_BUILTINS
 from sharded.vllm_layer import INSTALL_HINT, VLLM_BUILTINS, VLLM_TOPK_BUILTINS, vllm_available
 
 BUILTINS = {**ARGMAX_BUILTINS, **VARIANTS, **TOPK_BUILTINS, **VLLM_BUILTINS, **VLLM_TOPK_BUILTINS}
+# Built-ins that need what the default install lacks (Triton, CUDA, an engine's wheel), offered by name only where
+# they can run: name -> (MODULE:ATTR, MODULE:function that says why it cannot run here, or None when it can).
+OPTIONAL = {
+    "triton_key": ("sharded.triton_key:triton_key", "sharded.triton_key:why_unavailable"),
+    "sglang_deferred_argmax": ("engines.sglang:sglang_deferred_argmax", "engines.sglang:why_unavailable"),
+    "sglang_classic": ("engines.sglang:sglang_classic", "engines.sglang:why_unavailable"),
+}
 
 IMPL_ENV = "TPARGMAX_IMPL"
 TOPK_IMPL_ENV = "TPARGMAX_TOPK_IMPL"
@@ -52,6 +59,16 @@ class Impl:
             start(group)
 
 
+def _attr(where: str):
+    module, _, attr = where.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def why_unavailable(name: str) -> str | None:
+    """Why the optional built-in ``name`` cannot run here (what to install, or what the machine lacks), or None."""
+    return _attr(OPTIONAL[name][1])()
+
+
 def load_impl(spec: str) -> Impl:
     """A built-in short name (``vllm_pairs``, ``packed_key``, ``topk_pairs``, ...) or ``package.module:attr``."""
     if spec in VLLM_BUILTINS or spec in VLLM_TOPK_BUILTINS:
@@ -59,9 +76,14 @@ def load_impl(spec: str) -> Impl:
             raise ValueError(f"--impl {spec}: {INSTALL_HINT}")
     if spec in BUILTINS:
         return Impl(spec, BUILTINS[spec])
+    if spec in OPTIONAL:
+        why = why_unavailable(spec)
+        if why:
+            raise ValueError(f"--impl {spec}: {why}")
+        return Impl(spec, _attr(OPTIONAL[spec][0]))
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
-        raise ValueError(f"--impl {spec!r}: use a built-in name {sorted(BUILTINS)} or MODULE:ATTR")
+        raise ValueError(f"--impl {spec!r}: use a built-in name {sorted({*BUILTINS, *OPTIONAL})} or MODULE:ATTR")
     try:
         fn = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:

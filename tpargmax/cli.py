@@ -84,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     vllm.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     vllm.set_defaults(run=lambda args: _lazy("tpargmax.install_vllm", "install_vllm")(args))
 
+    sglang = commands.add_parser(
+        "install-sglang", help="install SGLang 0.5.23's wheel without dependencies, for its GPU kernels under test"
+    )
+    sglang.add_argument("--dry-run", action="store_true", help="print the commands without running them")
+    sglang.set_defaults(run=lambda args: _lazy("tpargmax.install_sglang", "install_sglang")(args))
+
     rpt = commands.add_parser(
         "report",
         help="every implementation (built-ins, engine variants, vLLM's layer and model classes) "

@@ -56,11 +56,14 @@ class Run:
     top_k: bool = False
     argmax: str = ""  # the argmax implementation the top-k subjects' top-1 is compared with
     env: tuple[tuple[str, str], ...] = ()
+    tests: tuple[str, ...] = ()  # pytest's selection (default: every argmax or top-k property)
 
     @property
     def args(self) -> tuple[str, ...]:
         specs = ",".join(s.spec for s in self.subjects)
-        return ("--topk-impl", specs, "--impl", self.argmax, *TOP_K) if self.top_k else ("--impl", specs, *ARGMAX)
+        if self.top_k:
+            return ("--topk-impl", specs, "--impl", self.argmax, *(self.tests or TOP_K))
+        return ("--impl", specs, *(self.tests or ARGMAX))
 
     def option(self, subject: Subject) -> tuple[str, str]:
         """The pytest option that selects one subject alone, for replay commands."""
@@ -147,22 +150,32 @@ def model_runs() -> tuple[list[Run], list[dict[str, Any]], dict[str, str]]:
     return runs, classes, refusal
 
 
-def run_once(run: Run, examples: int, repro_dir: Path, timeout: float, log) -> list[dict[str, Any]]:
-    """One pytest run of the run's subjects; its results, with repro files moved into ``repro_dir``."""
+PYTEST = (sys.executable, "-m", "pytest")
+
+
+def run_once(
+    run: Run,
+    examples: int,
+    repro_dir: Path,
+    timeout: float,
+    log,
+    *,
+    launcher: tuple[str, ...] = PYTEST,
+    where: tuple[str, ...] = ("--backend", "gloo"),
+) -> list[dict[str, Any]]:
+    """One pytest run of the run's subjects (started by ``launcher``, on the backend and device ``where``
+    names); its results, with repro files moved into ``repro_dir``."""
     with tempfile.TemporaryDirectory(prefix="tpargmax-report-") as tmp:
         results = Path(tmp) / "results.json"
         command = [
-            sys.executable,
-            "-m",
-            "pytest",
+            *launcher,
             "-p",
             "no:cacheprovider",
             "-v",
             "--no-header",
             "--hypothesis-profile",
             "ci",
-            "--backend",
-            "gloo",
+            *where,
             "--only-subjects",
             "--max-examples",
             str(examples),

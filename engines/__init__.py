@@ -1,0 +1,1 @@
+"""Adapters of other people's code under test: engines' shipped kernels and glue, loaded from their wheels."""

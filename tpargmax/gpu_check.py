@@ -1,0 +1,253 @@
+"""``scripts/gpu_check``: the suite on a GPU, and its record, ``docs/conformance/gpu.md`` with its JSON.
+
+Each row is one pytest run under the derandomised ``ci`` profile with a fixed ``--max-examples``, so a rerun
+draws the same cases:
+
+1. the built-ins (and the fused Triton built-in ``triton_key``) with ``--device cuda`` on the simulated group,
+   which runs every tp on one GPU; the top-k built-in likewise;
+2. SGLang's shipped paths, when the pinned wheel is installed (``tpargmax install-sglang``, or
+   ``--sglang-wheel`` here: the GPU machine has no package registry);
+3. the TF32 trap (``tests.broken:tf32_matmul``), which must fail token-exactness and be named for rule 1;
+4. the built-ins on a torchrun job's NCCL group, one rank per GPU: tp = the node's GPUs (tp=1 on one GPU);
+5. the kernel benchmark (``sharded.triton_key.benchmark``).
+
+Measured budget: at most 8 minutes on one H200 (see the page for each row's time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tpargmax.report import ROOT, Run, Subject, cells, run_once
+from tpargmax.report_page import LABELS, _failures, _table
+
+TRAP = "tests.broken:tf32_matmul"
+TRAP_RULE = "float32 logits from a TF32 matmul"
+VERSIONED = ("torch", "triton", "hypothesis", "sglang")
+
+
+def environment() -> dict[str, str]:
+    """The device, driver, CUDA, and the versions that decide what the kernels do."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    count = torch.cuda.device_count()
+    names = sorted({torch.cuda.get_device_name(i) for i in range(count)})
+    try:
+        smi = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        driver = subprocess.run(smi, capture_output=True, text=True, timeout=30).stdout.split("\n")[0].strip()
+    except (OSError, subprocess.TimeoutExpired):
+        driver = "unknown (no nvidia-smi)"
+    out = {"device": f"{count} x {', '.join(names)}", "driver": driver or "unknown", "cuda": str(torch.version.cuda)}
+    for package in VERSIONED:
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            out[package] = "not installed"
+    return out
+
+
+def runs(gpus: int, has_triton: str | None, has_sglang: str | None) -> list[tuple[Run, str, str | None]]:
+    """(run, where it runs, why it cannot run here or None) for every row of the page."""
+    sim = "sim"
+    builtins = [
+        Subject("packed_key", "built-in", "one int64 key, one all_reduce"),
+        Subject("vllm_pairs", "built-in", "vLLM's exchange, ties by id"),
+        Subject("classic_gather", "built-in", "all-gather every logit, argmax"),
+    ]
+    triton = Subject("triton_key", "built-in (Triton)", "one fused pass per rank: cap, masks, NaN and ties, the key")
+    out: list[tuple[Run, str, str | None]] = [
+        (Run(tuple(builtins)), sim, None),
+        (Run((triton,)), sim, has_triton),
+        (
+            Run((Subject("topk_pairs", "built-in", "k (value, id) pairs per rank"),), top_k=True, argmax="packed_key"),
+            sim,
+            None,
+        ),
+        (
+            Run((Subject("sglang_deferred_argmax", "SGLang 0.5.23", "LogitsProcessor.deferred_argmax"),)),
+            sim,
+            has_sglang,
+        ),
+        (Run((Subject("sglang_classic", "SGLang 0.5.23", "gathered_softcap_logits, then argmax"),)), sim, has_sglang),
+        (
+            Run(
+                (Subject(TRAP, "broken on purpose", "float32 logits from a TF32 matmul: must fail"),),
+                tests=("properties/test_equivalence.py", "-k", "test_token_exact"),
+            ),
+            sim,
+            None,
+        ),
+        (Run(tuple(builtins)), f"torchrun:{gpus}", None),
+    ]
+    return out
+
+
+def _launch(where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The launcher and the backend options for a row that runs ``where`` (``sim`` or ``torchrun:N``)."""
+    if where == "sim":  # one process: --results-json sees only its own process's tests
+        return (sys.executable, "-m", "pytest", "-p", "no:xdist"), ("--backend", "sim", "--device", "cuda")
+    ranks = where.partition(":")[2]
+    launcher = (sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}")
+    return (*launcher, "-m", "properties.torchrun"), ("--device", "cuda")
+
+
+def build(args: argparse.Namespace, log) -> dict[str, Any]:
+    import torch
+
+    from sharded.impls import why_unavailable
+
+    started = time.monotonic()
+    gpus = torch.cuda.device_count()
+    data: dict[str, Any] = {
+        "title": "The suite on a GPU",
+        "command": "scripts/gpu_check" + (f" --examples {args.examples}" if args.examples != 60 else ""),
+        "environment": environment(),
+        "budget": {"examples": args.examples, "profile": "ci (derandomised)"},
+        "rows": [],
+        "benchmark": [],
+    }
+    for run, where, why_not in runs(gpus, why_unavailable("triton_key"), why_unavailable("sglang_deferred_argmax")):
+        log(f"{', '.join(s.label for s in run.subjects)} on {where}, {time.monotonic() - started:.0f} s so far")
+        row_started = time.monotonic()
+        launcher, options = _launch(where)
+        entries = (
+            []
+            if why_not
+            else run_once(
+                run, args.examples, Path(args.repro_dir), args.row_timeout, log, launcher=launcher, where=options
+            )
+        )
+        for subject in run.subjects:
+            row = {
+                "name": subject.label,
+                "kind": subject.kind,
+                "note": subject.note,
+                "where": f"NCCL group, tp {where.partition(':')[2]}"
+                if where.startswith("torchrun")
+                else "simulated group",
+                "option": list(run.option(subject)),
+                "seconds": round(time.monotonic() - row_started),
+                "cells": {} if why_not else cells(entries, run, subject),
+            }
+            data["rows"].append({**row, "skipped": why_not} if why_not else row)
+    if not args.no_bench and why_unavailable("triton_key") is None:
+        log(f"benchmark, {time.monotonic() - started:.0f} s so far")
+        from sharded.triton_key import benchmark
+
+        extra = None
+        if why_unavailable("sglang_deferred_argmax") is None:
+            from engines.sglang import kernel_argmax
+
+            extra = {"SGLang softcap_row_argmax": kernel_argmax}
+        data["benchmark"] = benchmark(extra=extra)
+    data["seconds"] = round(time.monotonic() - started)
+    return data
+
+
+def trap_caught(data: dict[str, Any]) -> bool:
+    """Whether the TF32 trap failed token-exactness for its rule (what it is there to show)."""
+    row = next((r for r in data["rows"] if r["name"] == TRAP), None)
+    cell = (row or {}).get("cells", {}).get("test_token_exact", {})
+    return any(TRAP_RULE in f["rule"] for f in cell.get("failures", []))
+
+
+def render(data: dict[str, Any]) -> str:
+    """The page, from the JSON alone."""
+    env, budget = data["environment"], data["budget"]
+    failures = _failures(data)
+    numbers: dict[tuple[str, str], list[str]] = {}
+    for number, row, test, _ in failures:
+        numbers.setdefault((row["name"], test), []).append(number)
+    out = [
+        f"# {data['title']}",
+        "",
+        f"Generated by `{data['command']}` in {data['seconds']} s. Every row is one run of the property suite with",
+        f"`--device cuda`, Hypothesis profile {budget['profile']}, `--max-examples {budget['examples']}`",
+        "plus the pinned edge cases. A cell reads **pass**, **skip** or a failure number, explained under",
+        "[Failures](#failures) with its rule, case and replay command.",
+        "",
+        "| | |",
+        "|---|---|",
+        *(f"| {key} | {value} |" for key, value in env.items()),
+        "",
+    ]
+    for where in dict.fromkeys(r["where"] for r in data["rows"]):
+        rows = [r for r in data["rows"] if r["where"] == where and r["cells"]]
+        if rows:
+            out += [f"## On the {where}", "", *_table(rows, numbers), ""]
+    not_run = [r for r in data["rows"] if r.get("skipped")]
+    if not_run:
+        out += ["Not run: " + "; ".join(f"`{r['name']}` ({r['skipped']})" for r in not_run), ""]
+    trap = "caught, for its rule" if trap_caught(data) else "**not caught**: the suite lost its power on this GPU"
+    out += [f"TF32 trap (`{TRAP}`): {trap}.", "", "## Subjects", ""]
+    out += [f"- `{r['name']}` ({r['kind']}, {r['seconds']} s): {r['note']}" for r in data["rows"]]
+    out += ["", "## Failures", ""] + ([] if failures else ["None.", ""])
+    for number, row, test, fail in failures:
+        out += [f"### {number}: `{row['name']}`, {LABELS.get(test, test)}", "", f"- **Rule:** {fail['rule']}"]
+        out += [f"- **Case:** `{fail['case']}`"] if fail.get("case") else []
+        replay = f"tpargmax repro {fail['repro_file']}" if fail.get("repro_file") else fail.get("replay")
+        out += [f"- **Replay:** `{replay}`"] if replay else []
+        out += [f"  - {line}" for line in fail.get("details", []) if line and not line.startswith("property:")]
+        out.append("")
+    if data["benchmark"]:
+        columns = list(data["benchmark"][0])
+        out += ["## Kernel times per rank shard (µs, CUDA events)", "", "| " + " | ".join(columns) + " |"]
+        out += ["|" + "---|" * len(columns)]
+        out += ["| " + " | ".join(str(b[c]) for c in columns) + " |" for b in data["benchmark"]]
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def install_wheel(wheel: str, log) -> str:
+    """Install a wheel without its dependencies into a temporary directory; that directory (for PYTHONPATH)."""
+    target = tempfile.mkdtemp(prefix="tpargmax-wheel-")
+    step = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", target, wheel]
+    log("$ " + " ".join(step))
+    subprocess.run(step, check=True, capture_output=True, text=True)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/gpu_check", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="docs/conformance/gpu.md", help="the page (its JSON goes beside it)")
+    parser.add_argument("--repro-dir", default="repro/gpu", help="where each failure's repro file goes")
+    parser.add_argument("--examples", type=int, default=60, help="--max-examples per property (default %(default)s)")
+    parser.add_argument("--row-timeout", type=float, default=240.0, help="seconds one row may take")
+    parser.add_argument("--sglang-wheel", help="install this sglang wheel (no dependencies) for the run first")
+    parser.add_argument("--no-bench", action="store_true", help="leave the benchmark out")
+    args = parser.parse_args(argv)
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"{parser.prog}: needs a CUDA device; torch {torch.__version__} sees none here", file=sys.stderr)
+        return 2
+    if args.sglang_wheel:
+        path = install_wheel(args.sglang_wheel, log)
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [path, os.environ.get("PYTHONPATH")]))
+        sys.path.insert(0, path)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    data = build(args, log)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    out.write_text(render(data), encoding="utf-8")
+    log(f"wrote {out} and {out.with_suffix('.json')} in {data['seconds']} s")
+    builtins_failed = any(
+        c["outcome"] == "failed" for r in data["rows"] if r["kind"].startswith("built-in") for c in r["cells"].values()
+    )
+    return 1 if builtins_failed or not trap_caught(data) else 0
