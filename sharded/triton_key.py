@@ -57,7 +57,7 @@ def _interpreting() -> bool:
 def why_unavailable() -> str | None:
     """Why the kernel cannot run here (no Triton, no GPU), or None."""
     if triton is None:
-        return "Triton is not installed: triton_key needs it (`.venv/bin/pip install triton`)"
+        return "Triton is not installed: triton_key needs Triton and a CUDA GPU (`.venv/bin/pip install triton` there)"
     if not (torch.cuda.is_available() or _interpreting()):
         return "triton_key needs a CUDA GPU, or Triton's CPU interpreter (TRITON_INTERPRET=1)"
     return None

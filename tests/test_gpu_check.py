@@ -50,6 +50,7 @@ DATA = {
         _row("packed_key", "built-in", "NCCL group, tp 1", {"test_token_exact": PASSED}),
         _row("sglang_classic", "SGLang 0.5.23", "simulated group", {}, skipped="install it"),
     ],
+    "kernel_tests": {"summary": "26 passed in 9.1s", "failed": [], "status": 0},
     "benchmark": [{"B": 1, "tp": 1, "cap": "off", "floor": 0.14, "triton_key": 9.5}],
 }
 
@@ -65,6 +66,7 @@ def test_the_page_holds_every_row_failure_and_the_benchmark():
         "### F1: `tests.broken:tf32_matmul`, token-exact",
         "- **Replay:** `tpargmax repro repro/gpu/x.json`",
         "| B | tp | cap | floor | triton_key |",
+        "`pytest tests/test_triton_key.py tests/test_sglang_kernels.py`: 26 passed in 9.1s",
     ):
         assert words in page, words
     assert trap_caught(DATA)

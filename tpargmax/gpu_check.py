@@ -9,7 +9,9 @@ draws the same cases:
    ``--sglang-wheel`` here: the GPU machine has no package registry);
 3. the TF32 trap (``tests.broken:tf32_matmul``), which must fail token-exactness and be named for rule 1;
 4. the built-ins on a torchrun job's NCCL group, one rank per GPU: tp = the node's GPUs (tp=1 on one GPU);
-5. the kernel benchmark (``sharded.triton_key.benchmark``).
+5. the kernels' own tests (``tests/test_triton_key.py``, ``tests/test_sglang_kernels.py``), whose exhaustive
+   rounding checks and real-vocabulary launches run on CUDA only;
+6. the kernel benchmark (``sharded.triton_key.benchmark``).
 
 Measured budget: at most 8 minutes on one H200 (see the page for each row's time).
 """
@@ -139,6 +141,7 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
                 "cells": {} if why_not else cells(entries, run, subject),
             }
             data["rows"].append({**row, "skipped": why_not} if why_not else row)
+    data["kernel_tests"] = kernel_tests(log)
     if not args.no_bench and why_unavailable("triton_key") is None:
         log(f"benchmark, {time.monotonic() - started:.0f} s so far")
         from sharded.triton_key import benchmark
@@ -151,6 +154,19 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
         data["benchmark"] = benchmark(extra=extra)
     data["seconds"] = round(time.monotonic() - started)
     return data
+
+
+KERNEL_TESTS = ("tests/test_triton_key.py", "tests/test_sglang_kernels.py")
+
+
+def kernel_tests(log) -> dict[str, Any]:
+    """The kernels' own tests on this GPU: pytest's summary line and the failed test ids."""
+    log("the kernels' own tests")
+    command = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", "-rfE"]
+    done = subprocess.run([*command, *KERNEL_TESTS], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    lines = done.stdout.strip().splitlines() or ["(no output)"]
+    failed = [line.split()[1] for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    return {"summary": lines[-1].strip("= "), "failed": failed, "status": done.returncode}
 
 
 def trap_caught(data: dict[str, Any]) -> bool:
@@ -198,6 +214,10 @@ def render(data: dict[str, Any]) -> str:
         out += [f"- **Replay:** `{replay}`"] if replay else []
         out += [f"  - {line}" for line in fail.get("details", []) if line and not line.startswith("property:")]
         out.append("")
+    tests = data.get("kernel_tests")
+    if tests:
+        out += ["## The kernels' own tests", "", f"`pytest {' '.join(KERNEL_TESTS)}`: {tests['summary']}", ""]
+        out += [f"- failed: `{name}`" for name in tests["failed"]] + ([""] if tests["failed"] else [])
     if data["benchmark"]:
         columns = list(data["benchmark"][0])
         out += ["## Kernel times per rank shard (µs, CUDA events)", "", "| " + " | ".join(columns) + " |"]
@@ -250,4 +270,5 @@ def main(argv: list[str] | None = None) -> int:
     builtins_failed = any(
         c["outcome"] == "failed" for r in data["rows"] if r["kind"].startswith("built-in") for c in r["cells"].values()
     )
-    return 1 if builtins_failed or not trap_caught(data) else 0
+    kernels_failed = data["kernel_tests"]["status"] not in (0, 5)  # 5: all skipped (no Triton, no SGLang)
+    return 1 if builtins_failed or kernels_failed or not trap_caught(data) else 0
