@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 
 import pytest
 import torch
@@ -29,10 +28,13 @@ from properties import test_input_errors as errors
 from properties import test_top_k as top_k
 from properties.cases import Case
 from properties.checks import TOKEN_EXACT
+from properties.replay import main as replay_main
+from sharded.devices import DEVICE_ENV, default_device
 from sharded.impls import Impl, load_impl
 from sharded.local_argmax import packed_key
-from tests.suite import FIND_ONLY, failure, run
+from tests.suite import FIND_ONLY, failure
 from tests.test_options import Options
+from tpargmax.cli import main as tpargmax
 
 IMPLIED = torch.device("meta")  # where a tensor made without a device goes, while these tests run
 BUDGET = settings(FIND_ONLY, max_examples=40)
@@ -71,12 +73,11 @@ PROPERTIES = [
     d2t.test_the_flag_fires_exactly_on_non_monotone_tables,
     layouts.test_oracle_logits_are_the_full_head_by_global_id,
 ]
-# a classic path scatters through d2t before its argmax: the d2t flag property is for local paths
-PAIRS = [
+# every property's own code on one implementation; every built-in's code through the two that judge its tokens
+PAIRS = [(prop, "packed_key") for prop in PROPERTIES] + [
     (prop, name)
-    for name in ("packed_key", "vllm_pairs", "classic_gather", "sglang_style")
-    for prop in PROPERTIES
-    if not (name == "classic_gather" and prop is d2t.test_the_flag_fires_exactly_on_non_monotone_tables)
+    for name in ("vllm_pairs", "classic_gather", "sglang_style")
+    for prop in (eq.test_token_exact, eq.test_output_contract)
 ]
 
 
@@ -116,18 +117,16 @@ def test_a_diagnosis_makes_no_tensor_on_an_implied_device(prop, name, words):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_cuda_without_cuda_is_a_usage_error_in_one_line(monkeypatch):
+def test_cuda_without_cuda_is_a_usage_error_in_one_line(monkeypatch, capsys):
     monkeypatch.setattr(runner, "device", runner.device)
+    monkeypatch.setattr(runner, "collective_timeout", runner.collective_timeout)  # replay sets its own
+    monkeypatch.setenv(DEVICE_ENV, "cuda")  # the option's default, as conftest reads it
     with pytest.raises(pytest.UsageError) as info:
-        conftest.pytest_configure(Options(device="cuda"))
+        conftest.pytest_configure(Options(device=default_device()))
     assert str(info.value).startswith("--device cuda: no CUDA device here") and "\n" not in str(info.value)
-    done = run(
-        [sys.executable, "-m", "properties.replay", "--device", "cuda", "Case(batch=1, hidden=3, vocab=5, tp=1)"]
-    )
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "--device cuda: no CUDA device here" in done.stderr
-    done = run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "properties"], TPARGMAX_DEVICE="cuda")
-    assert done.returncode == 4 and "--device cuda: no CUDA device here" in done.stderr, done.stderr
+    assert replay_main(["--device", "cuda", "Case(batch=1, hidden=3, vocab=5, tp=1)"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--device cuda: no CUDA device here" in err, err
 
 
 def test_an_unknown_device_is_a_usage_error(monkeypatch):
@@ -154,7 +153,8 @@ def _written(tmp_path) -> tuple[dict, object]:
     return json.loads(path.read_text()), path
 
 
-def test_a_repro_file_records_the_device_and_replays_on_another(tmp_path):
+def test_a_repro_file_records_the_device_and_replays_on_another(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(runner, "collective_timeout", runner.collective_timeout)  # replay sets its own
     with IMPLIED:
         record, path = _written(tmp_path)
         assert record["device"] == "cpu"
@@ -166,10 +166,9 @@ def test_a_repro_file_records_the_device_and_replays_on_another(tmp_path):
         with pytest.raises(ValueError, match="--device cuda: no CUDA device here") as info:
             repro.load(path)
         assert not isinstance(info.value, repro.DamagedRepro)
-        done = run([sys.executable, "-m", "tpargmax", "repro", str(path)])
-        assert done.returncode == 2 and "no CUDA device here" in done.stderr, done.stderr
-    done = run([sys.executable, "-m", "tpargmax", "repro", "--device", "cpu", str(path)])
-    assert done.returncode == 0 and "on sim (cpu)" in done.stdout, done.stdout + done.stderr
+        assert tpargmax(["repro", str(path)]) == 2 and "no CUDA device here" in capsys.readouterr().err
+    assert tpargmax(["repro", "--device", "cpu", str(path)]) == 0
+    assert "on sim (cpu)" in capsys.readouterr().out
     record["device"] = "tpu"
     path.write_text(json.dumps(record))
     with pytest.raises(repro.DamagedRepro, match="'device' must be one of"):
