@@ -98,6 +98,8 @@ class TorchrunJob:
             self._broadcast((spec, [None] * self.world_size))
             outcome(dict(enumerate(self._gather(self._execute(spec, None)))), self.world_size, "torchrun start-up", "")
             self._started.add(spec)
+        cpu = torch.device("cpu")  # pickled CUDA tensors would open every rank's GPU in every process
+        per_rank_kwargs = [_to(kwargs, cpu) for kwargs in per_rank_kwargs]
         self._broadcast((spec, per_rank_kwargs))
         replies = self._gather(self._execute(spec, per_rank_kwargs[0]))
         return outcome(dict(enumerate(replies)), self.world_size, f"torchrun {self.backend} group", "")
