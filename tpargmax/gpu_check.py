@@ -60,7 +60,7 @@ def environment() -> dict[str, str]:
     return out
 
 
-def runs(gpus: int, has_triton: str | None, has_sglang: str | None) -> list[tuple[Run, str, str | None]]:
+def runs(gpus: int, no_triton: str | None, no_sglang: str | None) -> list[tuple[Run, str, str | None]]:
     """(run, where it runs, why it cannot run here or None) for every row of the page."""
     sim = "sim"
     builtins = [
@@ -69,20 +69,19 @@ def runs(gpus: int, has_triton: str | None, has_sglang: str | None) -> list[tupl
         Subject("classic_gather", "built-in", "all-gather every logit, argmax"),
     ]
     triton = Subject("triton_key", "built-in (Triton)", "one fused pass per rank: cap, masks, NaN and ties, the key")
+    sglang = (
+        Subject("sglang_deferred_argmax", "SGLang 0.5.23", "LogitsProcessor.deferred_argmax"),
+        Subject("sglang_classic", "SGLang 0.5.23", "gathered_softcap_logits, then argmax"),
+    )
     out: list[tuple[Run, str, str | None]] = [
         (Run(tuple(builtins)), sim, None),
-        (Run((triton,)), sim, has_triton),
+        (Run((triton,)), sim, no_triton),
         (
             Run((Subject("topk_pairs", "built-in", "k (value, id) pairs per rank"),), top_k=True, argmax="packed_key"),
             sim,
             None,
         ),
-        (
-            Run((Subject("sglang_deferred_argmax", "SGLang 0.5.23", "LogitsProcessor.deferred_argmax"),)),
-            sim,
-            has_sglang,
-        ),
-        (Run((Subject("sglang_classic", "SGLang 0.5.23", "gathered_softcap_logits, then argmax"),)), sim, has_sglang),
+        (Run(sglang), sim, no_sglang),  # one head, so one run
         (
             Run(
                 (Subject(TRAP, "broken on purpose", "float32 logits from a TF32 matmul: must fail"),),
