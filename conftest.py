@@ -19,7 +19,7 @@ from hypothesis._settings import is_in_ci
 
 from properties import results, runner
 from properties.profiles import backend_budget  # importing it registers dev, ci and nightly
-from sharded.devices import DEVICE_ENV, DEVICES, check_device, default_device
+from sharded.devices import DEVICE_ENV, DEVICES, check_backend, check_device, default_device
 from sharded.impls import IMPL_ENV, TOPK_IMPL_ENV, load_impl
 from sharded.local_argmax import BUILTINS, DEFAULT_IMPLS
 from sharded.local_top_k import DEFAULT_TOPK_IMPLS, TOPK_BUILTINS
@@ -132,11 +132,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--backend: choose from {', '.join(runner.BACKENDS)}, got {sorted(unknown)}")
     if "torchrun" in config.tpargmax_backends and runner.torchrun_job is None:
         raise pytest.UsageError("--backend torchrun: start the suite with torchrun -m properties.torchrun")
-    if runner.device != "cpu" and "gloo" in config.tpargmax_backends:
-        raise pytest.UsageError(
-            f"--device {runner.device} with --backend gloo: gloo cannot all-gather CUDA tensors; "
-            "use --backend sim, or torchrun -m properties.torchrun (NCCL)"
-        )
+    try:
+        check_backend(config.tpargmax_backends, runner.device)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if runner.torchrun_job is not None and runner.torchrun_job.device.type != runner.device:
         raise pytest.UsageError(
             f"--device {runner.device}, but the torchrun job's ranks run on {runner.torchrun_job.device.type}: "

@@ -139,6 +139,9 @@ def shown(value: object, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+TENSORS = ("hidden", "weight", "bias", "d2t", "pad_weight", "pad_bias")  # an Inputs' tensor fields
+
+
 @dataclass(frozen=True)
 class Inputs:
     """The built tensors of a case: the head's rows by global id, split for each rank by ``layouts``.
@@ -194,17 +197,7 @@ class Inputs:
     def on(self, device: str) -> Inputs:
         """The same tensors on ``device`` (``cpu`` or ``cuda``); cases are built on the CPU and moved here."""
         where = case_device(device)
-        moved = {
-            name: None if t is None else t.to(where)
-            for name, t in (
-                ("hidden", self.hidden),
-                ("weight", self.weight),
-                ("bias", self.bias),
-                ("d2t", self.d2t),
-                ("pad_weight", self.pad_weight),
-                ("pad_bias", self.pad_bias),
-            )
-        }
+        moved = {name: None if getattr(self, name) is None else getattr(self, name).to(where) for name in TENSORS}
         return replace(self, **moved, device=device)
 
     def with_tp(self, tp: int) -> Inputs:

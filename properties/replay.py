@@ -25,7 +25,7 @@ from properties.diagnose import ImplementationHung, PropertyFailure, explain_tok
 from properties.repro import check
 from properties.runner import oracle_top_k
 from properties.top_k import TOP_K_EXACT, check_top_k_contract
-from sharded.devices import DEVICE_ENV, DEVICES, check_device, default_device
+from sharded.devices import DEVICE_ENV, DEVICES, check_backend, check_device, default_device
 from sharded.impls import IMPL_ENV, load_impl
 
 TOKEN_RECORD = {"property": TOKEN_EXACT}  # replays the output contract and token equality
@@ -56,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         impl = load_impl(args.impl or os.environ.get(IMPL_ENV) or "vllm_pairs")
         runner.pin_heads([impl])  # a model class's fixed head, as the suite ran it
         backend = args.backend or ("gloo" if impl.process_bound and runner.device == "cpu" else "sim")
-        if backend == "gloo" and runner.device != "cpu":
-            raise ValueError(f"--device {runner.device} with --backend gloo: gloo cannot all-gather CUDA tensors")
+        check_backend([backend], runner.device)
         inputs = runner.prepare(case, backend)
         if args.k is not None and not 1 <= args.k <= inputs.vocab:
             raise ValueError(f"--k must be from 1 to the case's {inputs.vocab} token ids, got {args.k}")

@@ -21,14 +21,13 @@ import hypothesis
 import torch
 
 from properties import checks, top_k
-from properties.cases import Inputs
+from properties.cases import TENSORS, Inputs
 from properties.diagnose import replay_backend
 from properties.repro_reader import FORMAT, read_record
 from sharded.devices import check_device
 from sharded.impls import load_impl
 
 INLINE_BYTES = 64 * 1024
-TENSORS = ("hidden", "weight", "bias", "d2t", "pad_weight", "pad_bias")
 
 
 def _encode(t: torch.Tensor) -> dict[str, Any]:

@@ -93,11 +93,25 @@ def gloo_pool(world_size: int) -> RankPool:
 def run_ranks(
     impl: Impl, inputs: Inputs, tweak: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 ) -> tuple[list[object], list[Traffic]]:
-    """Call ``impl`` on every rank of ``inputs.backend``; ``tweak`` edits each rank's arguments."""
+    """Call ``impl`` on every rank of ``inputs.backend``; ``tweak`` edits each rank's arguments.
+
+    Each rank's output comes back on the hidden states' device, where the oracle judges it (ranks may span
+    GPUs, and a torchrun job's replies arrive on the CPU).
+    """
     per_rank = [rank_kwargs(inputs, r) for r in range(inputs.tp)]
     if tweak is not None:
         per_rank = [tweak(kwargs) for kwargs in per_rank]
-    return run_per_rank(impl, inputs.backend, per_rank)
+    results, traffic = run_per_rank(impl, inputs.backend, per_rank)
+    return [_moved(out, inputs.hidden.device) for out in results], traffic
+
+
+def _moved(out: object, where: torch.device) -> object:
+    """A rank's output (a tensor, or a tuple of them for top-k) on ``where``; anything else as it is."""
+    if isinstance(out, torch.Tensor):
+        return out.to(where)
+    if isinstance(out, tuple):
+        return tuple(_moved(part, where) for part in out)
+    return out
 
 
 def run_per_rank(impl: Impl, backend: str, per_rank: list[dict[str, Any]]) -> tuple[list[object], list[Traffic]]:

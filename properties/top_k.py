@@ -57,7 +57,6 @@ def run_top_k(impl: Impl, inputs: Inputs, k: int, prop: str) -> tuple[torch.Tens
                 prop,
                 k=k,
             )
-        results[rank] = ids, values = ids.to(inputs.hidden.device), values.to(inputs.hidden.device)  # ranks span GPUs
         if not (torch.equal(ids, results[0][0]) and _bitwise(values, results[0][1])):
             fail("ranks disagree on the top-k", [f"rank 0 and rank {rank} differ"], impl, inputs, prop, k=k)
     return results[0]

@@ -26,6 +26,15 @@ def check_device(name: str) -> str:
     return name
 
 
+def check_backend(backends: list[str] | tuple[str, ...], device: str) -> None:
+    """gloo all-gathers CPU tensors only: naming it with a CUDA device is a ``ValueError`` in one line."""
+    if device != "cpu" and "gloo" in backends:
+        raise ValueError(
+            f"--device {device} with --backend gloo: gloo cannot all-gather CUDA tensors; "
+            "use --backend sim, or torchrun -m properties.torchrun (NCCL)"
+        )
+
+
 def default_device() -> str:
     """``TPARGMAX_DEVICE``, else ``cpu``."""
     return os.environ.get(DEVICE_ENV) or "cpu"

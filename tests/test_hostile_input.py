@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from properties import repro, runner
 from properties.case_input import FIELDS, parse_case
-from properties.cases import Case
+from properties.cases import TENSORS, Case
 from properties.checks import ROW_INDEPENDENCE, TOKEN_EXACT
 from properties.replay import main as replay_main
 from tests.d2t_fixtures import HERE
@@ -155,7 +155,7 @@ class RunsCode:
 
 def own_tensors(path: Path) -> dict[str, torch.Tensor]:
     _, inputs = repro.load(path)
-    return {name: getattr(inputs, name) for name in repro.TENSORS}
+    return {name: getattr(inputs, name) for name in TENSORS}
 
 
 def linked_out(path: Path, marker: Path) -> Path:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from properties import repro, runner
 from properties.diagnose import ImplementationHung, PropertyFailure, explain_tokens
+from sharded.devices import check_backend
 from sharded.impls import load_impl
 
 
@@ -25,13 +26,12 @@ def replay(args: argparse.Namespace) -> int:
     for path in files:
         try:
             record, inputs = repro.load(path, backend=args.backend, device=args.device)
-            if inputs.backend == "gloo" and inputs.device != "cpu":
-                raise ValueError(f"{path}: gloo cannot all-gather CUDA tensors: replay it with --backend sim")
+            check_backend([inputs.backend], inputs.device)
             impl = load_impl(args.impl or record["impl"])
             if "argmax_impl" in record.get("extra", {}):  # a top-1 find is judged against it: it must load too
                 load_impl(record["extra"]["argmax_impl"])
         except ValueError as exc:  # a damaged file (a DamagedRepro names it), a device or implementation it lacks
-            where = "" if isinstance(exc, repro.DamagedRepro) or str(exc).startswith(f"{path}: ") else f"{path}: "
+            where = "" if isinstance(exc, repro.DamagedRepro) else f"{path}: "
             print(f"tpargmax repro: {where}{' '.join(str(exc).split())}", file=sys.stderr)
             unreadable += 1
             continue
