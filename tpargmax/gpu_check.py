@@ -34,6 +34,7 @@ from tpargmax.report import ROOT, Run, Subject, cells, run_once
 from tpargmax.report_page import LABELS, _failures, _table
 
 TRAP = "tests.broken:tf32_matmul"
+EXAMPLES = 60  # --max-examples per property: the whole record within 8 minutes on one H200
 TRAP_RULE = "float32 logits from a TF32 matmul"
 VERSIONED = ("torch", "triton", "hypothesis", "sglang")
 
@@ -111,15 +112,16 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
 
     started = time.monotonic()
     gpus = torch.cuda.device_count()
+    no_triton, no_sglang = why_unavailable("triton_key"), why_unavailable("sglang_deferred_argmax")
     data: dict[str, Any] = {
         "title": "The suite on a GPU",
-        "command": "scripts/gpu_check" + (f" --examples {args.examples}" if args.examples != 60 else ""),
+        "command": "scripts/gpu_check" + (f" --examples {args.examples}" if args.examples != EXAMPLES else ""),
         "environment": environment(),
         "budget": {"examples": args.examples, "profile": "ci (derandomised)"},
         "rows": [],
         "benchmark": [],
     }
-    for run, where, why_not in runs(gpus, why_unavailable("triton_key"), why_unavailable("sglang_deferred_argmax")):
+    for run, where, why_not in runs(gpus, no_triton, no_sglang):
         log(f"{', '.join(s.label for s in run.subjects)} on {where}, {time.monotonic() - started:.0f} s so far")
         row_started = time.monotonic()
         launcher, options = _launch(where)
@@ -144,12 +146,12 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
             }
             data["rows"].append({**row, "skipped": why_not} if why_not else row)
     data["kernel_tests"] = kernel_tests(log)
-    if not args.no_bench and why_unavailable("triton_key") is None:
+    if not args.no_bench and no_triton is None:
         log(f"benchmark, {time.monotonic() - started:.0f} s so far")
         from sharded.triton_key import benchmark
 
         extra = None
-        if why_unavailable("sglang_deferred_argmax") is None:
+        if no_sglang is None:
             from engines.sglang import kernel_argmax
 
             extra = {"SGLang softcap_row_argmax": kernel_argmax}
@@ -247,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/gpu_check", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="docs/conformance/gpu.md", help="the page (its JSON goes beside it)")
     parser.add_argument("--repro-dir", default="repro/gpu", help="where each failure's repro file goes")
-    parser.add_argument("--examples", type=int, default=60, help="--max-examples per property (default %(default)s)")
+    parser.add_argument(
+        "--examples", type=int, default=EXAMPLES, help="--max-examples per property (default %(default)s)"
+    )
     parser.add_argument("--row-timeout", type=float, default=240.0, help="seconds one row may take")
     parser.add_argument("--sglang-wheel", help="install this sglang wheel (no dependencies) for the run first")
     parser.add_argument("--no-bench", action="store_true", help="leave the benchmark out")
