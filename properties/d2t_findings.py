@@ -19,7 +19,8 @@ from properties import runner
 from properties.case_tensors import eagle3_d2t
 from properties.cases import Case, Inputs
 from properties.checks import run_checked
-from properties.runner import oracle_tokens
+from properties.runner import oracle_tokens, oracle_top_k
+from properties.top_k import run_top_k
 from sharded.impls import Impl
 from sharded.layout import vocab_parallel_layout
 
@@ -37,12 +38,15 @@ class Finding:
     tied_logit: float
     local_token: int
     classic_token: int
+    path: str = "local argmax"  # or "local top-k": then the tokens are each path's first of the top k
 
     def __str__(self) -> str:
+        first = "" if self.path == "local argmax" else " first"
         return (
             f"FLAGGED: this d2t table ({self.draft_vocab} draft ids into {self.target_vocab} targets) is not safe "
-            f"for local argmax. Draft ids {self.i} and {self.j} tie at logit {self.tied_logit}: the local path "
-            f"returns {self.local_token} = {self.i} + d2t[{self.i}], the classic path returns {self.classic_token}."
+            f"for {self.path}. Draft ids {self.i} and {self.j} tie at logit {self.tied_logit}: the local path "
+            f"returns {self.local_token} = {self.i} + d2t[{self.i}]{first}, the classic path returns "
+            f"{self.classic_token}{first}."
         )
 
 
@@ -71,11 +75,22 @@ def tie_inputs(d2t: torch.Tensor, target_vocab: int, i: int, j: int, tp: int = 1
     ).on(runner.device)
 
 
-def check_tie(impl: Impl, d2t: torch.Tensor, target_vocab: int, i: int, j: int, **where) -> Finding | None:
-    """Run the tie case on ``impl`` and the oracle; a :class:`Finding` when their tokens differ."""
+def check_tie(
+    impl: Impl, d2t: torch.Tensor, target_vocab: int, i: int, j: int, k: int | None = None, **where
+) -> Finding | None:
+    """Run the tie case on ``impl`` and the oracle; a :class:`Finding` when their tokens differ.
+
+    With ``k``, ``impl`` is a top-k and both tied ids are among the top k: the paths differ in their order.
+    """
     inputs = tie_inputs(d2t, target_vocab, i, j, **where)
-    local, classic = int(run_checked(impl, inputs, PROP)[0]), int(oracle_tokens(inputs)[0])
-    return None if local == classic else Finding(d2t.numel(), target_vocab, i, j, 1.0, local, classic)
+    if k is None:
+        local, classic = run_checked(impl, inputs, PROP), oracle_tokens(inputs)
+    else:
+        local, classic = run_top_k(impl, inputs, k, PROP)[0][0], oracle_top_k(inputs, k)[0][0]
+    if torch.equal(local, classic):
+        return None
+    path = "local argmax" if k is None else "local top-k"
+    return Finding(d2t.numel(), target_vocab, i, j, 1.0, int(local[0]), int(classic[0]), path)
 
 
 def tie_pairs(d2t: torch.Tensor) -> st.SearchStrategy[tuple[int, int]]:

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from properties import coverage
 from properties.case_tensors import build
 from properties.cases import Case, Inputs
 from reference.oracle import draft_logits, tokens_from_draft_logits
@@ -62,7 +63,9 @@ def prepare(case: Case, backend: str = "sim") -> Inputs:
     logits_vocab = case.logits_vocab or case.vocab + case.added
     if heads == "base" and logits_vocab > case.vocab:
         case = replace(case, logits_vocab=case.vocab)
-    return replace(build(replace(case, tp=nearest_tp(case.tp, backend))), backend=backend).on(device)
+    inputs = replace(build(replace(case, tp=nearest_tp(case.tp, backend))), backend=backend).on(device)
+    coverage.observe(inputs, lambda: oracle_draft_logits(inputs))
+    return inputs
 
 
 def rank_kwargs(inputs: Inputs, rank: int) -> dict[str, Any]:
@@ -131,9 +134,14 @@ def oracle_tokens(inputs: Inputs, logits: torch.Tensor | None = None) -> torch.T
     return tokens_from_draft_logits(logits, inputs.d2t, inputs.target_vocab)
 
 
-def oracle_top_k(inputs: Inputs, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The classic path's top k: target ids ``[B, k]`` and their logits, by the argmax order."""
-    return classic_top_k(oracle_draft_logits(inputs), k, inputs.d2t, inputs.target_vocab)
+def oracle_top_k(
+    inputs: Inputs, k: int, logits: torch.Tensor | None = None, *, mapped_only: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The classic path's top k (through the d2t scatter): target ids ``[B, k]`` and their logits;
+    ``mapped_only``: the named divergence's side, where ``-inf`` slots take mapped targets only."""
+    if logits is None:
+        logits = oracle_draft_logits(inputs)
+    return classic_top_k(logits, k, inputs.d2t, inputs.target_vocab, mapped_only=mapped_only)
 
 
 def oracle_draft_logits(inputs: Inputs, *, raw: bool = False) -> torch.Tensor:

@@ -40,27 +40,46 @@ def record_finding(node, finding) -> None:
         node.user_properties.append((FINDING, str(finding)))
 
 
+def _flag_fires(impl, backend, request, data, monotone, k=None) -> None:
+    """A tie at the maximum splits ``impl`` from the classic path exactly on a non-monotone table: the argmax
+    (``k`` None) or the order of a top-k, whose oracle ranks ties by target id as the classic scatter does."""
+    d2t, target_vocab = data.draw(increasing_tables() if monotone else non_monotone_tables(), label="table")
+    report = analyse_d2t(d2t, target_vocab)
+    assert report.kind == (NON_MONOTONE if not monotone else report.kind) and report.safe == monotone
+    i, j = data.draw(tie_pairs(d2t), label="tie")
+    where = {"backend": backend, "tp": backend_tps(backend)[0], "k": None if k is None else min(k, d2t.numel())}
+    finding = check_tie(impl, d2t, target_vocab, i, j, **where)
+    targets = targets_of(d2t)
+    assert finding is None or not monotone, (
+        f"an increasing table, tie at ({i}, {j}): the local path and the classic path differ: {finding}"
+    )
+    assert finding is not None or monotone, (
+        f"a non-monotone table, tie at ({i}, {j}): a local path returns {int(targets[i])} = {i} + d2t[{i}] first, "
+        f"as a local argmax does, and the classic path {int(targets[j])}; {impl} returned the classic path's order, "
+        f"so the flag cannot fire (static analysis: {report.evidence()})"
+    )
+    if finding is not None:
+        record_finding(request.node, finding)
+        assert (finding.local_token, finding.classic_token) == (int(targets[i]), int(targets[j]))
+        si, sj, ti, tj = report.first_inversion  # static and dynamic agree on the first inverted pair too
+        static = check_tie(impl, d2t, target_vocab, si, sj, **where)
+        assert static is not None and (static.local_token, static.classic_token) == (ti, tj)
+
+
 @pytest.mark.own_head
 @pytest.mark.local_path
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # request is only read, never reset
 @given(data=st.data(), monotone=st.booleans())
 def test_the_flag_fires_exactly_on_non_monotone_tables(impl, backend, request, data, monotone):
-    d2t, target_vocab = data.draw(increasing_tables() if monotone else non_monotone_tables(), label="table")
-    report = analyse_d2t(d2t, target_vocab)
-    assert report.kind == (NON_MONOTONE if not monotone else report.kind) and report.safe == monotone
-    i, j = data.draw(tie_pairs(d2t), label="tie")
-    finding = check_tie(impl, d2t, target_vocab, i, j, backend=backend, tp=backend_tps(backend)[0])
-    assert (finding is not None) == (not monotone), (
-        f"{'an increasing' if monotone else 'a non-monotone'} table, tie at ({i}, {j}): "
-        f"finding={finding}; static analysis: {report.evidence()}"
-    )
-    if finding is not None:
-        record_finding(request.node, finding)
-        targets = targets_of(d2t)
-        assert (finding.local_token, finding.classic_token) == (int(targets[i]), int(targets[j]))
-        si, sj, ti, tj = report.first_inversion  # static and dynamic agree on the first inverted pair too
-        static = check_tie(impl, d2t, target_vocab, si, sj, backend=backend, tp=backend_tps(backend)[0])
-        assert static is not None and (static.local_token, static.classic_token) == (ti, tj)
+    _flag_fires(impl, backend, request, data, monotone)
+
+
+@pytest.mark.own_head
+@pytest.mark.local_path
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), monotone=st.booleans(), k=st.integers(2, 8))
+def test_the_top_k_flag_fires_exactly_on_non_monotone_tables(topk_impl, backend, request, data, monotone, k):
+    _flag_fires(topk_impl, backend, request, data, monotone, k)
 
 
 def _single_inversion(vocab: int, i: int, j: int) -> tuple[torch.Tensor, int]:

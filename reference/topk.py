@@ -13,6 +13,7 @@ import math
 import torch
 
 from reference.checks import FLOAT_DTYPES, InvalidInput, check_d2t
+from reference.oracle import scatter_to_target
 
 
 def order_keys(logits: torch.Tensor) -> torch.Tensor:
@@ -68,16 +69,32 @@ def top_k_ids(logits: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def classic_top_k(
-    logits: torch.Tensor, k: int, d2t: torch.Tensor | None = None, target_vocab: int | None = None
+    logits: torch.Tensor,
+    k: int,
+    d2t: torch.Tensor | None = None,
+    target_vocab: int | None = None,
+    *,
+    mapped_only: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The classic path's top-k over full-vocabulary logits ``[B, L]``: ids int64 ``[B, k]`` and their values.
 
-    Values are gathered from ``logits`` (same dtype and bits); with ``d2t`` the ids become target ids.
+    With ``d2t`` it follows the classic path: the draft logits are scattered into a ``-inf``-filled target
+    vocabulary and the top k are taken there, so equal values come in ascending *target* id (the local
+    path's ascending draft id is the same order only for a strictly increasing table).  ``-inf`` slots then
+    hold the lowest target ids, which may be targets no draft id maps to; ``mapped_only`` ranks the mapped
+    targets alone, as a local path must (the named divergence of an all ``-inf`` row, extended to k).
+    Values are gathered from the logits (same dtype and bits).
     """
-    if d2t is not None and target_vocab is None:
+    check_k(k, logits.shape[1])
+    if d2t is None:
+        ids = top_k_ids(logits, k)
+        return ids, logits.gather(1, ids)
+    if target_vocab is None:
         raise InvalidInput("target_vocab is required with d2t")
-    ids = top_k_ids(logits, k)
-    values = logits.gather(1, ids)
-    if d2t is not None:
-        ids = check_d2t(d2t, logits.shape[1], target_vocab)[ids]
-    return ids, values
+    full = scatter_to_target(logits, d2t, target_vocab)
+    columns = torch.arange(target_vocab, device=logits.device)
+    if mapped_only:
+        columns = check_d2t(d2t, logits.shape[1], target_vocab).sort().values
+        full = full[:, columns]
+    ids = top_k_ids(full, k)
+    return columns[ids], full.gather(1, ids)

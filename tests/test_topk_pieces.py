@@ -90,6 +90,22 @@ def test_classic_maps_ids_through_d2t_and_keeps_values():
         classic_top_k(logits, 1, torch.tensor([1, 0, 0, 0]), target_vocab=20)
 
 
+def test_classic_orders_ties_by_target_id_as_the_scatter_does():
+    logits = torch.tensor([[2.0, 2.0, 1.0]])
+    d2t = torch.tensor([5, 0, 1])  # 0 -> 5, 1 -> 1, 2 -> 3: draft ids 0 < 1 tie, their targets 5 > 1 are inverted
+    assert classic_top_k(logits, 2, d2t, target_vocab=8)[0].tolist() == [[1, 5]]
+    assert classic_top_k(logits, 2, d2t, target_vocab=8, mapped_only=True)[0].tolist() == [[1, 5]]
+
+
+def test_classic_minus_inf_slots_take_the_lowest_targets_and_mapped_only_the_lowest_mapped_ones():
+    logits = torch.tensor([[-math.inf, 1.0, -math.inf]])
+    d2t = torch.tensor([3, 4, 4])  # 0 -> 3, 1 -> 5, 2 -> 6; targets 0, 1, 2, 4 and 7 are unmapped
+    ids, values = classic_top_k(logits, 3, d2t, target_vocab=8)
+    assert ids.tolist() == [[5, 0, 1]] and values.tolist() == [[1.0, -math.inf, -math.inf]]
+    ids, values = classic_top_k(logits, 3, d2t, target_vocab=8, mapped_only=True)
+    assert ids.tolist() == [[5, 3, 6]] and values.tolist() == [[1.0, -math.inf, -math.inf]]
+
+
 @pytest.mark.parametrize(
     ("k", "message"),
     [

@@ -78,7 +78,7 @@ def check_d2t(args: argparse.Namespace) -> int:
         where = "" if isinstance(exc, CheckpointError) else f"{args.path}: "
         print(f"tpargmax check-d2t: {where}{exc}", file=sys.stderr)
         return 2
-    finding = None
+    finding = top_k_finding = None
     if report.kind == NON_MONOTONE:  # confirm by running the local path against the oracle
         import torch
 
@@ -87,10 +87,13 @@ def check_d2t(args: argparse.Namespace) -> int:
 
         i, j = report.first_inversion[:2]
         target_vocab = report.target_vocab or int(targets_of(tables.d2t).max()) + 1
-        finding = check_tie(load_impl("vllm_pairs"), tables.d2t.to(torch.int64), target_vocab, i, j)
+        d2t = tables.d2t.to(torch.int64)
+        finding = check_tie(load_impl("vllm_pairs"), d2t, target_vocab, i, j)
+        top_k_finding = check_tie(load_impl("topk_pairs"), d2t, target_vocab, i, j, k=2)
     safe = report.safe and not problems
     if args.json:
-        print(json.dumps(_as_json(args.path, tables, target, problems, report, finding, safe), indent=2))
+        found = (finding, top_k_finding)
+        print(json.dumps(_as_json(args.path, tables, target, problems, report, found, safe), indent=2))
         return 0 if safe else 1
     t2d_words = f", t2d {tables.t2d_key!r} ({tables.t2d.numel()} targets)" if tables.t2d is not None else ", no t2d"
     target_words = f", target vocabulary {target.value} (from {target.source})" if target else ""
@@ -104,12 +107,14 @@ def check_d2t(args: argparse.Namespace) -> int:
     print(f"evidence: {report.evidence()}")
     if finding is not None:
         print(f"counterexample (vllm_pairs against the classic path): {finding}")
+    if top_k_finding is not None:
+        print(f"counterexample (topk_pairs, k=2, against the classic top-k): {top_k_finding}")
     because = " (the tables disagree with the config; see the mismatch lines)" if report.safe and problems else ""
     print(f"use_local_argmax_reduction: {'safe' if safe else 'NOT safe'} for this draft{because}")
     return 0 if safe else 1
 
 
-def _as_json(path, tables, target, problems, report, finding, safe) -> dict:
+def _as_json(path, tables, target, problems, report, found, safe) -> dict:
     return {
         "path": path,
         "files": [str(f) for f in tables.files],
@@ -120,5 +125,6 @@ def _as_json(path, tables, target, problems, report, finding, safe) -> dict:
         "mismatches": problems,
         **report.to_json(),
         "safe": safe,
-        "counterexample": None if finding is None else vars(finding),
+        "counterexample": None if found[0] is None else vars(found[0]),
+        "counterexample_top_k": None if found[1] is None else vars(found[1]),
     }
