@@ -17,7 +17,7 @@ import torch
 from hypothesis import settings
 from hypothesis._settings import is_in_ci
 
-from properties import results, runner
+from properties import coverage, results, runner
 from properties.profiles import backend_budget  # importing it registers dev, ci and nightly
 from sharded.devices import DEVICE_ENV, DEVICES, check_backend, check_device, default_device
 from sharded.impls import IMPL_ENV, TOPK_IMPL_ENV, load_impl
@@ -111,6 +111,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     runner.collective_timeout = config.getoption("collective_timeout")
+    record = os.environ.get(coverage.COVERAGE_ENV)
+    coverage.listening = bool(record or config.getoption("hypothesis_show_statistics", False))
+    if record:
+        coverage.record_to(record)
     if config.getoption("results_json"):
         config.stash[results.RESULTS] = []
     if config.getoption("hypothesis_profile", None) is None and not is_in_ci():

@@ -89,6 +89,7 @@ def build(case: Case) -> Inputs:
     applied: list[str] = []
 
     anchor = _ids(rng, rng.choice(real), 1)[0]
+    tied: list[int] = []  # every id a tie plan planted
     for plan in case.ties:
         if plan == "whole_row":
             weight[:vocab] = weight[anchor].clone()
@@ -111,6 +112,7 @@ def build(case: Case) -> Inputs:
             weight[max(ids), 2] = 1.0 + 2**-12
             hidden[:, 2] = hidden[:, 2].abs() + 1
         anchor = ids[0]
+        tied += ids
         applied.append(plan)
     if not case.ties:
         weight[anchor, 0] = BOOST
@@ -118,7 +120,7 @@ def build(case: Case) -> Inputs:
     dtype = DTYPES[case.dtype]
     hidden, weight = hidden.to(dtype), weight.to(dtype)
     bias = None if bias is None else bias.to(dtype)
-    _plant_specials(case, rng, real, vocab, batch, hidden, weight, bias, applied)
+    _plant_specials(case, rng, real, vocab, batch, hidden, weight, bias, applied, tied)
     _plant_traps(case, anchor, vocab, layouts, weight, bias, applied)
     d2t, target_vocab = _d2t(vocab, case, g)
     pad_bias = None if bias is None else bias[rows].clone()
@@ -136,7 +138,7 @@ def build(case: Case) -> Inputs:
     )
 
 
-def _plant_specials(case, rng, real, vocab, batch, hidden, weight, bias, applied) -> None:
+def _plant_specials(case, rng, real, vocab, batch, hidden, weight, bias, applied, tied) -> None:
     tiny = torch.finfo(weight.dtype).smallest_normal * torch.finfo(weight.dtype).eps  # least subnormal
     background: dict[int, float] = {}
     for plan in case.specials:
@@ -162,6 +164,8 @@ def _plant_specials(case, rng, real, vocab, batch, hidden, weight, bias, applied
             ids = _spread(rng, real, rng.randint(2, 4))
         elif plan in ("pos_inf", "neg_inf", "huge"):
             ids = _spread(rng, real, rng.randint(1, 3))
+        elif plan == "inf_at_ties" and tied:  # the tied ids, added and base alike, tie again at +inf
+            ids = sorted(set(tied))
         elif plan == "neg_inf_rows":
             rows = sorted(rng.sample(range(batch), rng.randint(1, batch)))
             hidden[rows, 1] = float("inf")
@@ -175,7 +179,7 @@ def _plant_specials(case, rng, real, vocab, batch, hidden, weight, bias, applied
             elif plan == "huge":
                 bias[i] = rng.choice((1, -1)) * huge * rng.uniform(0.5, 1.0)
             else:
-                bias[i] = float("inf") if plan == "pos_inf" else float("-inf")
+                bias[i] = float("-inf") if plan == "neg_inf" else float("inf")
         applied.append(plan)
 
 

@@ -41,6 +41,7 @@ SPECIAL_PLANS = (
     "neg_inf",
     "huge",
     "neg_inf_rows",
+    "inf_at_ties",  # +inf on every id the tie plans planted: ties at +inf, across ranks and among added ids
 )
 PADDING_PLANS = ("zero", "above_max", "copy_max", "nan")
 D2T_PLANS = ("none", "zeros", "eagle3")

@@ -19,11 +19,13 @@ REAL_VOCABS = (32000, 32001, 128256, 151936, 262144)
 PADDING_SIZES = (64, 64, 128, 96)  # vLLM's default twice as often; 96 admits tp 3 and 6
 MAX_TP = 8
 MAX_K = 8  # tree drafting's top-k widths
+ADDED_PLANS = ("added_tie", "added_max")  # planted only where added ids are tokens: twice as likely there
 
 
-def _plans(draw: st.DrawFn, names: tuple[str, ...]) -> tuple[str, ...]:
-    """Each plan on with probability 1/4: one choice per plan, so every case has as many choices."""
-    return tuple(name for name in names if draw(st.integers(0, 3)) == 3)
+def _plans(draw: st.DrawFn, names: tuple[str, ...], likely: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Each plan on with probability 1/4, those in ``likely`` 1/2: one choice per plan, so every case has as many
+    choices."""
+    return tuple(name for name in names if draw(st.integers(0, 3)) >= (2 if name in likely else 3))
 
 
 @st.composite
@@ -49,7 +51,7 @@ def cases(draw: st.DrawFn, *, int_weights: bool = False) -> Case:
     logits_vocab = max(1, full - cut[draw(st.integers(0, 3))])
     base, total = padded_sizes(vocab, added, padding_size)
     tp = draw(st.sampled_from([t for t in range(1, MAX_TP + 1) if base % t == 0 and (total - base) % t == 0]))
-    ties = _plans(draw, TIE_PLANS)
+    ties = _plans(draw, TIE_PLANS, likely=ADDED_PLANS if added else ())  # they need added ids: rare meetings
     specials = _plans(draw, SPECIAL_PLANS)
     soft_cap = draw(st.none() | st.sampled_from((1.0, 4.0, 30.0, 50.0)))
     saturating_cap = draw(st.sampled_from((1.0, 2.0, 4.0, 8.0)))

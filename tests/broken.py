@@ -42,8 +42,9 @@ def _by_position(layout, rows):
     return torch.where(rows < layout.added_row, rows + layout.start, rows - layout.added_row + layout.added_start)
 
 
-def _unmasked(rows: str):
-    """The local path with some rows that are not tokens competing, numbered by position in their block."""
+def _unmasked(rows: str, masked_by_adding: bool = False):
+    """The local path with some rows that are not tokens competing, numbered by position in their block;
+    ``masked_by_adding``: they are masked by adding ``-inf``, which leaves a NaN row NaN."""
 
     def impl(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
         logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
@@ -58,6 +59,8 @@ def _unmasked(rows: str):
                 ]
             ),
         }[rows]
+        if masked_by_adding:
+            logits = logits.index_add(1, extra, logits.new_full((logits.shape[0], extra.numel()), -torch.inf))
         cols = torch.cat([layout.token_rows(at), extra]).sort().values
         ids = _by_position(layout, cols)
         if not cols.numel():
@@ -72,6 +75,8 @@ def _unmasked(rows: str):
 base_padding_unmasked = _unmasked("base padding")
 added_padding_unmasked = _unmasked("added padding")
 logits_vocab_ignored = _unmasked("ids >= vocab")
+# A thin meeting of the first coverage report: NaN padding and added ids.
+added_padding_nan_leaks = _unmasked("added padding", masked_by_adding=True)
 
 
 def added_ids_by_position(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
@@ -194,6 +199,25 @@ def d2t_skipped(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=N
     return pick_pairs(values, ids, group)
 
 
+def d2t_for_base_ids_only(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """Maps base ids through d2t and returns added ids unmapped: a draft table built for the base vocabulary."""
+    ids = pick_pairs(*local_best(checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap), layout), group)
+    return torch.where(ids < layout.org_vocab, map_d2t(ids, d2t, layout), ids) if d2t is not None else ids
+
+
+def inf_ties_by_rank(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """Ties at +inf go to the lowest rank (a shortcut for an infinite maximum): with added ids, a lower rank can
+    hold a larger id.  A thin meeting of the first coverage report: +inf and added ids."""
+    values, ids = local_best(checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap), layout)
+    gathered = group.all_gather(torch.stack([values.float(), ids.float()], dim=-1))  # [tp, B, 2]
+    keys = encode_keys(gathered[..., 0], gathered[..., 1].long())
+    best = gathered[..., 1].gather(0, keys.argmax(dim=0).unsqueeze(0)).squeeze(0).long()
+    inf = gathered[..., 0] == torch.inf
+    by_rank = gathered[..., 1].gather(0, inf.int().argmax(dim=0).unsqueeze(0)).squeeze(0).long()
+    at_inf = inf.any(0) & ~gathered[..., 0].isnan().any(0)
+    return map_d2t(torch.where(at_inf, by_rank, best), d2t, layout)
+
+
 def scale_sign_ignored(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
     logits = checked_shard_logits(hidden, weight, bias, layout, abs(scale) or 1.0, soft_cap)  # never rejects
     return map_d2t(pick_pairs(*local_best(logits, layout), group), d2t, layout)
@@ -258,6 +282,16 @@ def topk_merge_by_rank(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=N
     keys = keys.masked_fill(cand[..., 1] < 0, torch.iinfo(torch.int64).min)
     order = keys.sort(dim=1, descending=True, stable=True).indices[:, :k]
     return map_d2t(cand[..., 1].gather(1, order).long(), d2t, layout), cand[..., 0].gather(1, order).to(values.dtype)
+
+
+def topk_ties_by_target_id(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
+    """Maps each rank's candidates through d2t before the merge, so equal values come in ascending target id:
+    the classic order, but a rank's own top k were still chosen by draft id, and its top-1 is not the argmax's."""
+    _, (values, ids) = _topk_candidates(hidden, weight, bias, layout, k, scale, soft_cap)
+    if d2t is not None:
+        ids = torch.where(ids >= 0, map_d2t(ids.clamp(min=0), d2t, layout), ids)
+    values, top = merge_pairs(values, ids, k, group)
+    return top, values
 
 
 def topk_padding_fills_short_rank(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):

@@ -1,4 +1,4 @@
-"""The ``tpargmax`` command: ``check-d2t``, ``repro``, ``promote``, ``fuzz``, ``report`` and ``throughput``.
+"""The ``tpargmax`` command: ``check-d2t``, ``repro``, ``promote``, ``fuzz``, ``report``, ``throughput``, ``coverage``.
 
 Each subcommand's module is imported only when it runs, so ``--help`` and
 ``check-d2t`` stay quick.
@@ -108,6 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--impl", default="vllm_pairs", help="implementation to run them on (default %(default)s)")
     speed.add_argument("--backend", default="sim,gloo", help="comma-separated backends (default %(default)s)")
     speed.set_defaults(run=lambda args: _lazy("tpargmax.throughput", "throughput")(args))
+
+    cov = commands.add_parser("coverage", help="which pairs of case features the ci run's properties draw and check")
+    cov.add_argument("--min", type=_positive, default=20, help="examples each valid pair needs (default %(default)s)")
+    cov.add_argument("--impl", help="implementation(s) under test, as pytest's --impl (default: the built-ins)")
+    cov.add_argument("--backend", default="sim,gloo", help="comma-separated backends (default %(default)s)")
+    cov.add_argument("-n", "--workers", default="auto", help="pytest-xdist workers (default %(default)s)")
+    cov.add_argument("-k", help="only the properties matching this pytest -k expression")
+    cov.add_argument("--json", metavar="FILE", help="also write every feature's and pair's count here")
+    cov.set_defaults(run=lambda args: _lazy("tpargmax.coverage", "coverage")(args))
     return parser
 
 

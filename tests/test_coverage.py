@@ -1,0 +1,60 @@
+"""The coverage of feature pairs: what a case's features are, which pairs count, and the command end to end."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from properties.case_tensors import build
+from properties.cases import Case
+from properties.coverage import IMPOSSIBLE, count_pairs, features, valid_pairs
+from properties.runner import oracle_draft_logits
+from tests.suite import run
+
+
+def features_of(case: Case) -> list[str]:
+    inputs = build(case)
+    return features(inputs, oracle_draft_logits(inputs))
+
+
+def test_an_added_maximum_with_a_copied_trap_and_eagle3():
+    case = Case(batch=4, hidden=5, vocab=500, tp=3, added=100, padding_size=96, ties=("added_max",), d2t="eagle3")
+    found = features_of(case)
+    for feature in ("added ids: tokens", "ids >= L: none", "padding size: 96", "d2t: eagle3", "tie: added_max"):
+        assert feature in found, found
+    assert "winner: added" in found and "padding: zero" in found
+
+
+def test_a_trap_above_the_maximum_is_a_padding_trap_winner():
+    found = features_of(Case(batch=4, hidden=4, vocab=7, tp=8, padding="above_max"))
+    assert "winner: padding trap" in found and "padding: above_max" in found and "added ids: none" in found
+    assert "winner: padding trap" not in features_of(Case(batch=4, hidden=4, vocab=7, tp=8, padding="zero", seed=1))
+
+
+def test_valid_pairs_leave_out_one_dimensions_values_and_the_impossible_ones():
+    pairs = valid_pairs()
+    assert frozenset(("dtype: float32", "dtype: bfloat16")) not in pairs  # a case has one dtype
+    assert frozenset(("tie: added_tie", "tie: added_max")) in pairs  # plans combine
+    assert frozenset(("winner: base", "winner: added")) in pairs  # rows differ
+    assert frozenset(("d2t: eagle3", "winner: added")) in pairs
+    assert not set(IMPOSSIBLE) & set(pairs)
+    assert len(pairs) == len(set(pairs))
+
+
+def test_pairs_are_counted_once_per_example():
+    singles, pairs = count_pairs([["a: 1", "b: 2", "b: 2"], ["a: 1", "c: 3"]])
+    assert singles == {"a: 1": 2, "b: 2": 1, "c: 3": 1}
+    assert pairs == {frozenset(("a: 1", "b: 2")): 1, frozenset(("a: 1", "c: 3")): 1}
+
+
+def test_the_command_records_every_example_and_names_the_thin_pairs(tmp_path):
+    """One property on the simulated group: 2 implementations x (300 drawn + 18 pinned) examples, recorded."""
+    out = tmp_path / "coverage.json"
+    cmd = [sys.executable, "-m", "tpargmax", "coverage", "-k", "test_token_exact", "--backend", "sim"]
+    proc = run([*cmd, "-n", "0", "--min", "40", "--json", str(out)])
+    assert "636 examples recorded (pytest green)" in proc.stdout, proc.stdout + proc.stderr
+    saved = json.loads(out.read_text())
+    thin = [name for name, count in saved["pairs"].items() if count < 40]
+    assert proc.returncode == (1 if thin else 0)
+    assert f"pairs below 40 examples: {len(thin)}" in proc.stdout
+    assert saved["features"]["d2t: eagle3"] + saved["features"]["d2t: none"] + saved["features"]["d2t: zeros"] == 636
