@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import MISSING, dataclass, fields, replace
+from functools import cached_property
 
 import torch
 
@@ -148,7 +149,8 @@ class Inputs:
     """The built tensors of a case: the head's rows by global id, split for each rank by ``layouts``.
 
     ``weight`` and ``bias`` hold ids ``0 .. vocab + added - 1`` (base, then added), whatever the tp;
-    every padding row holds ``pad_weight`` and ``pad_bias``.
+    every padding row holds ``pad_weight`` and ``pad_bias``.  Shards and the oracle's logits are computed
+    once and kept (``replace`` starts afresh), so the tensors must not change after their first use.
     """
 
     case: Case
@@ -184,16 +186,35 @@ class Inputs:
         )
         return torch.cat(parts)
 
+    @cached_property
+    def _shards(self) -> tuple[tuple[torch.Tensor, torch.Tensor | None], ...]:
+        """Every rank's (weight, bias) shard, assembled once: the ranks' arguments and the oracle both read them."""
+        pad_weight = self.pad_weight if self.pad_weight is not None else self.weight.new_zeros(self.weight.shape[1])
+        shards = []
+        for rank in range(self.tp):
+            where = rank_device(self.device, rank)
+            bias = None
+            if self.bias is not None:
+                pad_bias = self.pad_bias if self.pad_bias is not None else self.bias.new_zeros(())
+                bias = self._rows(rank, self.bias, pad_bias).to(where)
+            shards.append((self._rows(rank, self.weight, pad_weight).to(where), bias))
+        return tuple(shards)
+
+    @cached_property
+    def memo(self) -> dict[str, torch.Tensor]:
+        """Results derived from these tensors (the oracle's logits), computed once per Inputs."""
+        return {}
+
     def weight_shard(self, rank: int) -> torch.Tensor:
-        """Rank ``rank``'s head shard, padding included, on that rank's device."""
-        pad = self.pad_weight if self.pad_weight is not None else self.weight.new_zeros(self.weight.shape[1])
-        return self._rows(rank, self.weight, pad).to(rank_device(self.device, rank))
+        """Rank ``rank``'s head shard, padding included, on that rank's device.
+
+        Shared by every caller, so never written to: whoever hands it to an implementation copies it first.
+        """
+        return self._shards[rank][0]
 
     def bias_shard(self, rank: int) -> torch.Tensor | None:
-        if self.bias is None:
-            return None
-        pad = self.pad_bias if self.pad_bias is not None else self.bias.new_zeros(())
-        return self._rows(rank, self.bias, pad).to(rank_device(self.device, rank))
+        """Rank ``rank``'s bias shard, like :meth:`weight_shard`; None without a bias."""
+        return self._shards[rank][1]
 
     def on(self, device: str) -> Inputs:
         """The same tensors on ``device`` (``cpu`` or ``cuda``); cases are built on the CPU and moved here."""

@@ -70,12 +70,13 @@ def prepare(case: Case, backend: str = "sim") -> Inputs:
 
 def rank_kwargs(inputs: Inputs, rank: int) -> dict[str, Any]:
     """The contract's keyword arguments for one rank, on its device, copied so that ranks share no memory
-    (shards are assembled afresh for each call)."""
+    with each other or the oracle (an implementation may write into its arguments)."""
     where = rank_device(inputs.device, rank)
+    bias = inputs.bias_shard(rank)
     return {
         "hidden": inputs.hidden.to(where, copy=True),
-        "weight": inputs.weight_shard(rank),
-        "bias": inputs.bias_shard(rank),
+        "weight": inputs.weight_shard(rank).clone(),
+        "bias": None if bias is None else bias.clone(),
         "layout": inputs.layouts[rank],
         "scale": inputs.case.scale,
         "soft_cap": inputs.case.soft_cap,
@@ -148,7 +149,15 @@ def oracle_draft_logits(inputs: Inputs, *, raw: bool = False) -> torch.Tensor:
     """The oracle's ``[B, vocab]`` logits of the token ids; ``raw`` skips soft cap and scale (for diagnosis).
 
     It gets the head's sizes from the case, never the layouts, and places rows by its own derivation.
+    Computed once per Inputs (a check, its diagnosis and the statistics all ask), so never written to.
     """
+    key = "raw draft logits" if raw else "draft logits"
+    if key not in inputs.memo:
+        inputs.memo[key] = _draft_logits(inputs, raw)
+    return inputs.memo[key]
+
+
+def _draft_logits(inputs: Inputs, raw: bool) -> torch.Tensor:
     case = inputs.case
     return draft_logits(
         inputs.hidden,

@@ -11,12 +11,14 @@ import signal
 import subprocess
 import sys
 import time
+from multiprocessing import Pipe
 
 import pytest
+import torch
 
 from properties.cases import Case
 from properties.runner import prepare, rank_kwargs
-from sharded.pool import RankPool
+from sharded.pool import RankPool, recv, send
 from sharded.simulated import RankTimeout
 from sharded.tasks import RemoteError, RemoteValueError
 from tests.suite import ROOT
@@ -144,3 +146,24 @@ def test_no_rank_process_outlives_its_driver(how):
     if how == "SIGKILL":  # nothing of the driver's could clean up after it
         shutil.rmtree(rendezvous)
     assert not os.path.exists(rendezvous), f"the pool's rendezvous files {rendezvous} outlived it"
+
+
+def test_tensors_cross_the_pipe_bit_for_bit_with_their_strides():
+    """The pool's own tensor pickling keeps dtype, shape, strides, offset and every bit (NaN payloads, -0.0)."""
+    base = torch.tensor([[float("nan"), -0.0, float("inf"), 1.5], [2.0, -3.0, 4.0, 5.0], [6.0, 7.0, 8.0, 9.0]])
+    tensors = [base, base[:, 1:], base.t(), base[1:, ::2], base.bfloat16(), torch.tensor(3), torch.zeros(0, 4)]
+    tensors += [torch.tensor([True, False]), torch.zeros(3).expand(2, 3), torch.ones(2, requires_grad=True)]
+    here, there = Pipe()
+    send(here, ("task", tensors))
+    _, got = recv(there)
+    for sent, came in zip(tensors, got, strict=True):
+        assert (came.dtype, came.shape, came.stride(), came.storage_offset(), came.requires_grad) == (
+            sent.dtype,
+            sent.shape,
+            sent.stride(),
+            sent.storage_offset(),
+            sent.requires_grad,
+        )
+        assert came.untyped_storage().data_ptr() != sent.untyped_storage().data_ptr() or not sent.numel()
+        bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[sent.element_size()]
+        assert torch.equal(came.detach().view(bits), sent.detach().view(bits))

@@ -1,0 +1,35 @@
+"""Each rank gets its own copy of its arguments: shards and the oracle's logits are kept for a whole example, so an
+implementation that writes into its arguments must change neither its peers' inputs, nor a later run's, nor the
+oracle's."""
+
+from __future__ import annotations
+
+import torch
+
+from properties.cases import Case
+from properties.runner import oracle_draft_logits, prepare, rank_kwargs, run_ranks
+from sharded.impls import Impl, load_impl
+
+ARGS = ("hidden", "weight", "bias", "d2t")
+
+
+def scribbler(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """Return what this rank was given, after overwriting all of it; peers run after it, in turn order."""
+    given = [t.clone() for t in (hidden, weight, bias, d2t)]
+    for t in (hidden, weight, bias, d2t):
+        t.fill_(7)
+    group.all_reduce(torch.zeros(1))
+    return given
+
+
+def test_an_implementation_writing_into_its_arguments_changes_nothing_else():
+    inputs = prepare(Case(batch=3, hidden=8, vocab=50, tp=4, bias=True, d2t="eagle3"), "sim")
+    logits = oracle_draft_logits(inputs).clone()
+    honest = run_ranks(load_impl("packed_key"), inputs)[0][0]
+    for _ in range(2):
+        given, _ = run_ranks(Impl("scribbler", scribbler), inputs)
+        for rank, tensors in enumerate(given):
+            pristine = rank_kwargs(inputs, rank)
+            assert all(torch.equal(t, pristine[name]) for name, t in zip(ARGS, tensors, strict=True)), rank
+    assert torch.equal(oracle_draft_logits(inputs), logits)
+    assert torch.equal(run_ranks(load_impl("packed_key"), inputs)[0][0], honest)
