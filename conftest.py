@@ -112,7 +112,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     runner.collective_timeout = config.getoption("collective_timeout")
     record = os.environ.get(coverage.COVERAGE_ENV)
-    coverage.listening = bool(record or config.getoption("hypothesis_show_statistics", False))
+    statistics = config.getoption("hypothesis_show_statistics", False) and os.environ.get(coverage.EVENTS_ENV) != "off"
+    coverage.listening = bool(record or statistics)
     if record:
         coverage.record_to(record)
     if config.getoption("results_json"):

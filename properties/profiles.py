@@ -35,7 +35,7 @@ from hypothesis.database import (
     ReadOnlyDatabase,
 )
 
-CI_EXAMPLES = 300
+CI_EXAMPLES = 360
 BACKEND_SHARE = {"sim": 1.0, "gloo": 0.25, "torchrun": 0.25}
 # Properties that restate another's answer on the same cases run a share of the budget: the byte counts
 # depend on B, tp and k only; determinism and top-1 rerun what token and top-k exactness already judge.

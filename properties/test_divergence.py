@@ -9,6 +9,8 @@ return either of the two.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from hypothesis import given
@@ -42,11 +44,12 @@ def test_all_neg_inf_row_with_offset_d2t(impl, backend, vocab, tp, extra, seed):
         target_extra=extra,
     )
     inputs = prepare(case, backend)
-    inputs.hidden[:, 1] = float("inf")  # every row all -inf
-    d2t0 = int(inputs.d2t[0])
-    if d2t0 == 0:  # make the divergence visible: shift every draft id one target up
-        inputs.d2t.fill_(1)
-        d2t0 = 1
+    hidden, d2t = inputs.hidden.clone(), inputs.d2t
+    hidden[:, 1] = float("inf")  # every row all -inf
+    if int(d2t[0]) == 0:  # make the divergence visible: shift every draft id one target up
+        d2t = torch.ones_like(d2t)
+    inputs = replace(inputs, hidden=hidden, d2t=d2t)  # new tensors, a new Inputs: nothing derived is kept
+    d2t0 = int(d2t[0])
     oracle = oracle_tokens(inputs)
     assert torch.equal(oracle, torch.zeros_like(oracle)), f"oracle should return target 0, got {oracle.tolist()}"
     tokens = run_checked(impl, inputs, PROP).tolist()

@@ -98,7 +98,9 @@ def check_top_k_exact(impl: Impl, inputs: Inputs, k: int) -> None:
         want_ids, want_values = oracle_top_k(inputs, k, logits)
         # The named divergence, extended to k: the scatter leaves -inf on targets no draft id maps to, and the
         # classic top k takes the lowest of them for its -inf slots; a local path can only name mapped targets.
-        mapped_ids = oracle_top_k(inputs, k, logits, mapped_only=True)[0] if inputs.d2t is not None else want_ids
+        mapped_ids = want_ids  # the named divergence's side, computed only where a row differs
+        if inputs.d2t is not None and not torch.equal(ids, want_ids):
+            mapped_ids = oracle_top_k(inputs, k, logits, mapped_only=True)[0]
         log_probs = getattr(impl.fn, "values", "logits") == "log_probs"
         if log_probs:  # the classic log-softmax of each chosen token, over the token ids
             want_values = want_values.float() - torch.logsumexp(logits.float(), dim=-1, keepdim=True)

@@ -8,7 +8,9 @@ import sys
 from properties.case_tensors import build
 from properties.cases import Case
 from properties.coverage import IMPOSSIBLE, count_pairs, features, valid_pairs
+from properties.profiles import CI_EXAMPLES
 from properties.runner import oracle_draft_logits
+from properties.strategies import EDGE_CASES
 from tests.suite import run
 
 
@@ -48,13 +50,14 @@ def test_pairs_are_counted_once_per_example():
 
 
 def test_the_command_records_every_example_and_names_the_thin_pairs(tmp_path):
-    """One property on the simulated group: 2 implementations x (300 drawn + 18 pinned) examples, recorded."""
+    """One property on the simulated group: 2 implementations x (drawn + pinned) examples, recorded."""
+    recorded = 2 * (CI_EXAMPLES + len(EDGE_CASES))
     out = tmp_path / "coverage.json"
     cmd = [sys.executable, "-m", "tpargmax", "coverage", "-k", "test_token_exact", "--backend", "sim"]
     proc = run([*cmd, "-n", "0", "--min", "40", "--json", str(out)])
-    assert "636 examples recorded (pytest green)" in proc.stdout, proc.stdout + proc.stderr
+    assert f"{recorded} examples recorded (pytest green)" in proc.stdout, proc.stdout + proc.stderr
     saved = json.loads(out.read_text())
     thin = [name for name, count in saved["pairs"].items() if count < 40]
     assert proc.returncode == (1 if thin else 0)
     assert f"pairs below 40 examples: {len(thin)}" in proc.stdout
-    assert saved["features"]["d2t: eagle3"] + saved["features"]["d2t: none"] + saved["features"]["d2t: zeros"] == 636
+    assert sum(saved["features"][f"d2t: {plan}"] for plan in ("none", "zeros", "eagle3")) == recorded
