@@ -31,7 +31,6 @@ from reference.logits import head_logits
 
 COVERAGE_ENV = "TPARGMAX_COVERAGE"
 EVENTS_ENV = "TPARGMAX_FEATURE_EVENTS"  # "off": no feature events even with statistics shown (tpargmax throughput)
-MIN_MEETINGS = 20  # examples in which every valid pair must meet in the ci run
 listening = False  # set by conftest: statistics shown, or examples recorded for tpargmax coverage
 
 DIMENSIONS: dict[str, tuple[str, ...]] = {
