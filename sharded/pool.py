@@ -20,11 +20,8 @@ interpreter exit.
 from __future__ import annotations
 
 import atexit
-import ctypes
-import io
 import multiprocessing
 import os
-import pickle
 import secrets
 import shutil
 import signal
@@ -34,57 +31,16 @@ import weakref
 from multiprocessing.connection import Connection, Listener, wait
 from typing import Any
 
-import torch
-
 from sharded.group import Traffic
 from sharded.simulated import RankTimeout
 from sharded.tasks import in_step, outcome
+from sharded.wire import recv, send
 
 DEFAULT_START_TIMEOUT = 120.0
 _live_pools: weakref.WeakSet[RankPool] = weakref.WeakSet()
 # Ranks fork from one server process per driver that has imported torch once (see sharded.rank_process).
 _FORK = multiprocessing.get_context("forkserver")
 _FORK.set_forkserver_preload(["sharded.rank_process"])
-
-
-class _Pickler(pickle.Pickler):
-    """Plain pickle, with plain CPU tensors as their raw bytes: torch's own pickling runs ``torch.save`` per
-    tensor, about 300 us for one rank's arguments in the properties against 30 us this way."""
-
-    def reducer_override(self, obj: object) -> object:
-        if not _plain_cpu_tensor(obj):
-            return NotImplemented
-        storage = obj.untyped_storage()
-        data = ctypes.string_at(storage.data_ptr(), storage.nbytes()) if storage.nbytes() else b""
-        return _tensor, (data, obj.dtype, tuple(obj.shape), obj.stride(), obj.storage_offset())
-
-
-def _plain_cpu_tensor(obj: object) -> bool:
-    """A tensor that its bytes, dtype, shape, strides and offset describe whole (anything else: torch's pickling)."""
-    return (
-        type(obj) is torch.Tensor
-        and obj.device.type == "cpu"
-        and obj.layout == torch.strided
-        and not (obj.requires_grad or obj.is_quantized or obj.is_conj() or obj.is_neg() or obj.__dict__)
-    )
-
-
-def _tensor(data: bytes, dtype: torch.dtype, size: tuple, stride: tuple, offset: int) -> torch.Tensor:
-    """The tensor :class:`_Pickler` sent, in fresh memory from torch's allocator."""
-    flat = torch.empty(len(data), dtype=torch.uint8)
-    ctypes.memmove(flat.data_ptr(), data, len(data))
-    return flat.view(dtype).as_strided(size, stride, offset)
-
-
-def send(conn: Connection, obj: object) -> None:
-    """Pickle: tensors travel by value, not as shared-memory handles tied to one process."""
-    buf = io.BytesIO()
-    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
-    conn.send_bytes(buf.getbuffer())
-
-
-def recv(conn: Connection) -> Any:
-    return pickle.loads(conn.recv_bytes())
 
 
 class RankPool:

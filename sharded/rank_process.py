@@ -19,9 +19,9 @@ from multiprocessing.connection import Client
 import torch
 import torch.distributed as dist
 
-from sharded.pool import recv, send
 from sharded.tasks import TaskRunner
 from sharded.torch_group import TorchGroup
+from sharded.wire import recv, send
 
 # A rank's own collectives give up later than the driver does, so that a rank the driver finds
 # silent is always reported as hung, never as an error that raced in; the driver then closes the pool.

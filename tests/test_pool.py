@@ -18,9 +18,10 @@ import torch
 
 from properties.cases import Case
 from properties.runner import prepare, rank_kwargs
-from sharded.pool import RankPool, recv, send
+from sharded.pool import RankPool
 from sharded.simulated import RankTimeout
 from sharded.tasks import RemoteError, RemoteValueError
+from sharded.wire import recv, send
 from tests.suite import ROOT
 
 TIMEOUT = 3.0  # the pool's hang timeout: what a healthy task takes is milliseconds
