@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import torch
 
-from sharded.engine_variants import VARIANTS
+from engines.variants import VARIANTS
+from engines.vllm.layer import INSTALL_HINT, VLLM_BUILTINS, VLLM_TOPK_BUILTINS, vllm_available
 from sharded.local_argmax import BUILTINS as ARGMAX_BUILTINS
 from sharded.local_top_k import TOPK_BUILTINS
-from sharded.vllm_layer import INSTALL_HINT, VLLM_BUILTINS, VLLM_TOPK_BUILTINS, vllm_available
 
 BUILTINS = {**ARGMAX_BUILTINS, **VARIANTS, **TOPK_BUILTINS, **VLLM_BUILTINS, **VLLM_TOPK_BUILTINS}
 # Built-ins that need what the default install lacks (Triton, CUDA, an engine's wheel), offered by name only where
@@ -20,6 +20,14 @@ OPTIONAL = {
     "triton_key": ("sharded.triton_key:triton_key", "sharded.triton_key:why_unavailable"),
     "sglang_deferred_argmax": ("engines.sglang:sglang_deferred_argmax", "engines.sglang:why_unavailable"),
     "sglang_classic": ("engines.sglang:sglang_classic", "engines.sglang:why_unavailable"),
+}
+
+# Modules that moved, by the name committed repro files and report JSON still record (specs such as
+# ``sharded.vllm_models:Gemma4MTP[dense].get_top_tokens``): old module -> where it lives now.
+MOVED = {
+    "sharded.vllm_models": "engines.vllm.models",
+    "sharded.vllm_layer": "engines.vllm.layer",
+    "sharded.engine_variants": "engines.variants",
 }
 
 IMPL_ENV = "TPARGMAX_IMPL"
@@ -85,7 +93,7 @@ def load_impl(spec: str) -> Impl:
     if not sep or not module or not attr:
         raise ValueError(f"--impl {spec!r}: use a built-in name {sorted({*BUILTINS, *OPTIONAL})} or MODULE:ATTR")
     try:
-        fn = getattr(importlib.import_module(module), attr)
+        fn = getattr(importlib.import_module(MOVED.get(module, module)), attr)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"--impl {spec!r}: cannot load it: {exc}") from exc
     if not callable(fn):

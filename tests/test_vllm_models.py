@@ -8,16 +8,16 @@ from dataclasses import replace
 
 import pytest
 
-from sharded.vllm_layer import INSTALL_HINT
+from engines.vllm.layer import INSTALL_HINT
 
 pytest.importorskip("vllm", reason=INSTALL_HINT)
 
 import torch  # noqa: E402
 
+from engines.vllm import models as vllm_models  # noqa: E402
 from properties.case_tensors import build  # noqa: E402
 from properties.cases import Case  # noqa: E402
 from properties.runner import oracle_tokens, rank_kwargs  # noqa: E402
-from sharded import vllm_models  # noqa: E402
 from sharded.pool import RankPool  # noqa: E402
 
 EXPECTED = {
@@ -47,7 +47,7 @@ def test_discovery_reads_the_wheel() -> None:
 
 
 def test_specs_load_as_the_suite_loads_them() -> None:
-    module = importlib.import_module("sharded.vllm_models")
+    module = importlib.import_module("engines.vllm.models")
     for spec in vllm_models.specs():
         fn = getattr(module, spec.partition(":")[2])
         assert fn.process_bound and callable(fn.start) and fn.head["hidden"] == vllm_models.HIDDEN
@@ -68,7 +68,7 @@ def test_a_built_class_on_gloo_against_the_oracle() -> None:
             for seed in range(3):
                 case = replace(Case(batch=4, hidden=3, vocab=7, tp=2, seed=seed, ties=("across_ranks",)), **fn.head)
                 inputs = build(case)
-                out, _ = pool.run(f"sharded.vllm_models:{name}", [rank_kwargs(inputs, r) for r in range(2)])
+                out, _ = pool.run(f"engines.vllm.models:{name}", [rank_kwargs(inputs, r) for r in range(2)])
                 assert all(torch.equal(o, oracle_tokens(inputs)) for o in out), (name, case)
     finally:
         pool.close()

@@ -2,7 +2,7 @@
 
 :func:`discover` finds the classes in the installed wheel (read with ``ast``, then confirmed by importing them in a
 child process: some platform modules abort the interpreter that imports them on a CPU).  Each class is an
-implementation under the suite's contract, named ``sharded.vllm_models:CLASS.PATH`` (module ``__getattr__``):
+implementation under the suite's contract, named ``engines.vllm.models:CLASS.PATH`` (module ``__getattr__``):
 
 - ``CLASS.get_top_tokens``: the class's local argmax (``use_local_argmax_reduction``);
 - ``CLASS.compute_logits``: its classic path, ``compute_logits(h).argmax(-1)``;
@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from sharded.vllm_layer import INSTALL_HINT, start_vllm
+from engines.vllm.layer import INSTALL_HINT, start_vllm
 
 METHODS = ("get_top_tokens", "get_top_k_tokens")
 PATHS = ("get_top_tokens", "compute_logits", "get_top_k_tokens")
