@@ -119,6 +119,7 @@ def static_runs() -> list[Run]:
 def model_runs() -> tuple[list[Run], list[dict[str, Any]], dict[str, str]]:
     """Runs of every vLLM model class subject (one per head they share), the discovery record, and the proposer's
     answer for a draft class without ``get_top_tokens``."""
+    from engines.vllm import discovery
     from engines.vllm import models as vllm_models
     from sharded.impls import load_impl
 
@@ -143,10 +144,10 @@ def model_runs() -> tuple[list[Run], list[dict[str, Any]], dict[str, str]]:
             "confirmed": m.confirmed,
             "tested": ", ".join(f"`{s}`" for s in subjects.get(m.name, [])) or coverage.get(m.name, ""),
         }
-        for m in vllm_models.discover()
+        for m in discovery.discover()
     ]
     no_method = next((c["name"] for c in classes if not c["methods"]), None)
-    refusal = {no_method: vllm_models.proposer_refuses(no_method)} if no_method else {}
+    refusal = {no_method: discovery.proposer_refuses(no_method)} if no_method else {}
     return runs, classes, refusal
 
 
