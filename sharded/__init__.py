@@ -1,4 +1,9 @@
-"""The local path: per-rank argmax reduced over a TP group (simulated or torch.distributed)."""
+"""The project's own local path (per-rank argmax and top-k, keys, layouts) and the TP groups it runs on.
+
+The groups are simulated threads, a gloo process pool or torch.distributed.  It imports only ``reference``, never
+``engines``, ``properties`` or ``tpargmax``: ``impls`` names the engines' built-ins by ``MODULE:ATTR`` and imports
+them only when asked for.
+"""
 
 import warnings
 

@@ -8,18 +8,31 @@ from dataclasses import dataclass
 
 import torch
 
-from sharded.engine_variants import VARIANTS
 from sharded.local_argmax import BUILTINS as ARGMAX_BUILTINS
 from sharded.local_top_k import TOPK_BUILTINS
-from sharded.vllm_layer import INSTALL_HINT, VLLM_BUILTINS, VLLM_TOPK_BUILTINS, vllm_available
 
-BUILTINS = {**ARGMAX_BUILTINS, **VARIANTS, **TOPK_BUILTINS, **VLLM_BUILTINS, **VLLM_TOPK_BUILTINS}
-# Built-ins that need what the default install lacks (Triton, CUDA, an engine's wheel), offered by name only where
-# they can run: name -> (MODULE:ATTR, MODULE:function that says why it cannot run here, or None when it can).
+BUILTINS = {**ARGMAX_BUILTINS, **TOPK_BUILTINS}
+# Built-ins that live above this package (engines/) are named by MODULE:ATTR and imported only when asked for, so
+# that sharded/ never imports engines/.  The engine variants run anywhere.  The optional built-ins need what the
+# default install lacks (Triton, CUDA, an engine's wheel) and are offered by name only where they can run:
+# name -> (MODULE:ATTR, MODULE:function that says why it cannot run here, or returns None when it can).
+ENGINE_BUILTINS = {"trtllm_style": "engines.variants:trtllm_style", "sglang_style": "engines.variants:sglang_style"}
+_VLLM = "engines.vllm.layer"
 OPTIONAL = {
     "triton_key": ("sharded.triton_key:triton_key", "sharded.triton_key:why_unavailable"),
+    "vllm": (f"{_VLLM}:vllm_local_argmax", f"{_VLLM}:why_unavailable"),
+    "vllm_classic": (f"{_VLLM}:vllm_classic", f"{_VLLM}:why_unavailable"),
+    "vllm_topk": (f"{_VLLM}:vllm_top_k", f"{_VLLM}:why_unavailable"),
+    "vllm_topk_logprobs": (f"{_VLLM}:vllm_top_k_log_probs", f"{_VLLM}:why_unavailable"),
     "sglang_deferred_argmax": ("engines.sglang:sglang_deferred_argmax", "engines.sglang:why_unavailable"),
     "sglang_classic": ("engines.sglang:sglang_classic", "engines.sglang:why_unavailable"),
+}
+# Modules that moved, by the names committed repro files and report JSON still record (specs such as
+# ``sharded.vllm_models:Gemma4MTP[dense].get_top_tokens``): old module -> where it lives now.
+MOVED = {
+    "sharded.vllm_models": "engines.vllm.models",
+    "sharded.vllm_layer": "engines.vllm.layer",
+    "sharded.engine_variants": "engines.variants",
 }
 
 IMPL_ENV = "TPARGMAX_IMPL"
@@ -71,11 +84,10 @@ def why_unavailable(name: str) -> str | None:
 
 def load_impl(spec: str) -> Impl:
     """A built-in short name (``vllm_pairs``, ``packed_key``, ``topk_pairs``, ...) or ``package.module:attr``."""
-    if spec in VLLM_BUILTINS or spec in VLLM_TOPK_BUILTINS:
-        if not vllm_available():
-            raise ValueError(f"--impl {spec}: {INSTALL_HINT}")
     if spec in BUILTINS:
         return Impl(spec, BUILTINS[spec])
+    if spec in ENGINE_BUILTINS:
+        return Impl(spec, _attr(ENGINE_BUILTINS[spec]))
     if spec in OPTIONAL:
         why = why_unavailable(spec)
         if why:
@@ -83,9 +95,10 @@ def load_impl(spec: str) -> Impl:
         return Impl(spec, _attr(OPTIONAL[spec][0]))
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
-        raise ValueError(f"--impl {spec!r}: use a built-in name {sorted({*BUILTINS, *OPTIONAL})} or MODULE:ATTR")
+        names = sorted({*BUILTINS, *ENGINE_BUILTINS, *OPTIONAL})
+        raise ValueError(f"--impl {spec!r}: use a built-in name {names} or MODULE:ATTR")
     try:
-        fn = getattr(importlib.import_module(module), attr)
+        fn = getattr(importlib.import_module(MOVED.get(module, module)), attr)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"--impl {spec!r}: cannot load it: {exc}") from exc
     if not callable(fn):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from engines.vllm.layer import INSTALL_HINT, vllm_available
 from properties import repro
-from sharded.vllm_layer import INSTALL_HINT, vllm_available
 from tpargmax.report_page import render
 
 ROOT = Path(__file__).resolve().parent.parent

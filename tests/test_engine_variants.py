@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engines.variants import sglang_style
 from properties import test_equivalence as eq
 from properties import test_input_errors as errors
 from reference.checks import FLOAT_ID_LIMIT
-from sharded.engine_variants import sglang_style
 from sharded.layout import vocab_parallel_layout
 from tests.suite import failure
 
-TRTLLM = "sharded.engine_variants:trtllm_style"
-SGLANG = "sharded.engine_variants:sglang_style"
+TRTLLM = "engines.variants:trtllm_style"
+SGLANG = "engines.variants:sglang_style"
 
 
 def test_trtllm_style_returns_padding_it_never_masks():

@@ -8,16 +8,18 @@ from dataclasses import replace
 
 import pytest
 
-from sharded.vllm_layer import INSTALL_HINT
+from engines.vllm.layer import INSTALL_HINT
 
 pytest.importorskip("vllm", reason=INSTALL_HINT)
 
 import torch  # noqa: E402
 
+from engines.vllm import discovery  # noqa: E402
+from engines.vllm import models as vllm_models  # noqa: E402
+from engines.vllm.build import HIDDEN  # noqa: E402
 from properties.case_tensors import build  # noqa: E402
 from properties.cases import Case  # noqa: E402
 from properties.runner import oracle_tokens, rank_kwargs  # noqa: E402
-from sharded import vllm_models  # noqa: E402
 from sharded.pool import RankPool  # noqa: E402
 
 EXPECTED = {
@@ -38,7 +40,7 @@ EXPECTED = {
 
 
 def test_discovery_reads_the_wheel() -> None:
-    found = vllm_models.scan()
+    found = discovery.scan()
     for name, why in EXPECTED.items():
         assert any(m.name == name and why in m.found for m in found), name
     no_method = {m.name for m in found if not m.methods}
@@ -47,17 +49,17 @@ def test_discovery_reads_the_wheel() -> None:
 
 
 def test_specs_load_as_the_suite_loads_them() -> None:
-    module = importlib.import_module("sharded.vllm_models")
+    module = importlib.import_module("engines.vllm.models")
     for spec in vllm_models.specs():
         fn = getattr(module, spec.partition(":")[2])
-        assert fn.process_bound and callable(fn.start) and fn.head["hidden"] == vllm_models.HIDDEN
+        assert fn.process_bound and callable(fn.start) and fn.head["hidden"] == HIDDEN
         assert fn.how.startswith(("built", "head reproduced from the constructor: "))
     with pytest.raises(AttributeError):
         module.NotAClass.get_top_tokens  # noqa: B018
 
 
 def test_proposer_refuses_a_class_without_get_top_tokens() -> None:
-    assert "does not implement get_top_tokens" in vllm_models.proposer_refuses("DeepSeekMTP")
+    assert "does not implement get_top_tokens" in discovery.proposer_refuses("DeepSeekMTP")
 
 
 def test_a_built_class_on_gloo_against_the_oracle() -> None:
@@ -68,7 +70,7 @@ def test_a_built_class_on_gloo_against_the_oracle() -> None:
             for seed in range(3):
                 case = replace(Case(batch=4, hidden=3, vocab=7, tp=2, seed=seed, ties=("across_ranks",)), **fn.head)
                 inputs = build(case)
-                out, _ = pool.run(f"sharded.vllm_models:{name}", [rank_kwargs(inputs, r) for r in range(2)])
+                out, _ = pool.run(f"engines.vllm.models:{name}", [rank_kwargs(inputs, r) for r in range(2)])
                 assert all(torch.equal(o, oracle_tokens(inputs)) for o in out), (name, case)
     finally:
         pool.close()
@@ -77,5 +79,5 @@ def test_a_built_class_on_gloo_against_the_oracle() -> None:
 def test_every_class_with_a_method_is_a_subject_or_covered() -> None:
     subjects = {s.cls for s in vllm_models.SUBJECTS.values()}
     assert not subjects & set(vllm_models.COVERAGE)
-    missing = {m.name for m in vllm_models.scan() if m.methods} - subjects - set(vllm_models.COVERAGE)
+    missing = {m.name for m in discovery.scan() if m.methods} - subjects - set(vllm_models.COVERAGE)
     assert not missing, f"neither a subject nor in COVERAGE: {sorted(missing)}"

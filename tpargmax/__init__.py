@@ -1,4 +1,7 @@
-"""The ``tpargmax`` command. It runs from the checkout: the suite's packages sit beside this one."""
+"""The ``tpargmax`` command. It runs from the checkout: the suite's packages sit beside this one.
+
+It is the top floor: it may import every other package, and none of them imports it.
+"""
 
 import sys
 from pathlib import Path

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sharded.vllm_layer import SHM_ENV
+from engines.vllm.layer import SHM_ENV
 from tpargmax.report_page import render
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,7 +119,8 @@ def static_runs() -> list[Run]:
 def model_runs() -> tuple[list[Run], list[dict[str, Any]], dict[str, str]]:
     """Runs of every vLLM model class subject (one per head they share), the discovery record, and the proposer's
     answer for a draft class without ``get_top_tokens``."""
-    from sharded import vllm_models
+    from engines.vllm import discovery
+    from engines.vllm import models as vllm_models
     from sharded.impls import load_impl
 
     by_head: dict[tuple, list[Subject]] = {}
@@ -143,10 +144,10 @@ def model_runs() -> tuple[list[Run], list[dict[str, Any]], dict[str, str]]:
             "confirmed": m.confirmed,
             "tested": ", ".join(f"`{s}`" for s in subjects.get(m.name, [])) or coverage.get(m.name, ""),
         }
-        for m in vllm_models.discover()
+        for m in discovery.discover()
     ]
     no_method = next((c["name"] for c in classes if not c["methods"]), None)
-    refusal = {no_method: vllm_models.proposer_refuses(no_method)} if no_method else {}
+    refusal = {no_method: discovery.proposer_refuses(no_method)} if no_method else {}
     return runs, classes, refusal
 
 
@@ -267,7 +268,7 @@ def versions() -> dict[str, str]:
 
 def build(args: argparse.Namespace, log) -> dict[str, Any]:
     """Run every selected subject; the report as JSON-ready data."""
-    from sharded.vllm_layer import INSTALL_HINT, vllm_available
+    from engines.vllm.layer import INSTALL_HINT, vllm_available
 
     started = time.monotonic()
     runs, classes, refusal = static_runs(), [], {}

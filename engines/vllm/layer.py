@@ -45,6 +45,11 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def why_unavailable() -> str | None:
+    """What to install to run the ``vllm*`` built-ins (``sharded.impls.OPTIONAL``), or None when vLLM is here."""
+    return None if vllm_available() else INSTALL_HINT
+
+
 def start_vllm(group: Any) -> None:
     """Start vLLM's distributed state in this rank process, once: on the process group already running.
 
@@ -174,6 +179,3 @@ for _fn in (vllm_local_argmax, vllm_classic, vllm_top_k, vllm_top_k_log_probs):
     _fn.start = start_vllm
 vllm_classic.path = "classic"  # the d2t tie divergence is the local path's: its properties skip this one
 vllm_top_k_log_probs.values = "log_probs"  # the top-k checks compare them with the classic log-softmax
-
-VLLM_BUILTINS = {"vllm": vllm_local_argmax, "vllm_classic": vllm_classic}
-VLLM_TOPK_BUILTINS = {"vllm_topk": vllm_top_k, "vllm_topk_logprobs": vllm_top_k_log_probs}

@@ -1,0 +1,136 @@
+"""The floors stay floors: no package imports one above it, and no module imports itself back through others.
+
+From the bottom: ``reference`` (the oracle) imports nothing of the project; ``sharded`` (the local path and the
+groups) only ``reference``; ``engines`` (other people's code under test) never ``properties`` or ``tpargmax``;
+``properties`` never ``tpargmax``.  Imports are read with ``ast`` (every static import, also inside functions);
+``importlib.import_module`` strings, such as ``sharded.impls``' lazily named engine built-ins, are not followed.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("reference", "sharded", "engines", "properties", "tpargmax", "tests", "examples")
+PROJECT = {*PACKAGES, "conftest"}
+# package -> the project's top-level names it must never import
+FORBIDDEN = {
+    "reference": PROJECT - {"reference"},
+    "sharded": PROJECT - {"reference", "sharded"},
+    "engines": {"properties", "tpargmax", "tests", "conftest"},
+    "properties": {"tpargmax", "tests", "conftest"},
+}
+# Import cycles known and being broken, each the exact set of its modules; empty it as they go.
+ALLOWED_CYCLES = {frozenset({"sharded.pool", "sharded.rank_process"})}  # pool starts rank_process, which uses its wire
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    """Every module of the project's packages (and ``conftest``), by dotted name."""
+    found = {"conftest": root / "conftest.py"}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imports(name: str, path: Path, known: set[str]) -> list[tuple[str, int]]:
+    """The project's modules ``name`` imports statically, with the line of each import."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([base] if base else [])])
+            # ``from a import b``: the module a.b where there is one, else a name of a
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        out += [(t, node.lineno) for t in targets if t.split(".")[0] in PROJECT]
+    return out
+
+
+def graph(root: Path = ROOT) -> tuple[dict[str, Path], dict[str, list[tuple[str, int]]]]:
+    found = modules(root)
+    return found, {name: imports(name, path, set(found)) for name, path in found.items()}
+
+
+def layering_violations(root: Path = ROOT) -> list[str]:
+    found, edges = graph(root)
+    out = []
+    for name, targets in edges.items():
+        banned = FORBIDDEN.get(name.split(".")[0], set())
+        out += [
+            f"{found[name].relative_to(root)}:{line}: imports {target}"
+            for target, line in targets
+            if target.split(".")[0] in banned
+        ]
+    return sorted(out)
+
+
+def cycles(root: Path = ROOT) -> list[list[str]]:
+    """Every strongly connected set of two or more modules (or a module that imports itself), Tarjan's way."""
+    _, edges = graph(root)
+    succ = {n: sorted({t for t, _ in targets if t in edges}) for n, targets in edges.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(n: str) -> None:
+        index[n] = low[n] = len(index)
+        stack.append(n)
+        for m in succ[n]:
+            if m not in index:
+                visit(m)
+                low[n] = min(low[n], low[m])
+            elif m in stack:
+                low[n] = min(low[n], index[m])
+        if low[n] == index[n]:
+            component = []
+            while not component or component[-1] != n:
+                component.append(stack.pop())
+            if len(component) > 1 or n in succ[n]:
+                out.append(sorted(component))
+
+    for n in sorted(succ):
+        if n not in index:
+            visit(n)
+    return out
+
+
+def test_no_package_imports_one_above_it():
+    violations = layering_violations()
+    assert not violations, "imports that run up a floor:\n" + "\n".join(violations)
+
+
+def test_no_import_cycle():
+    found = [c for c in cycles() if frozenset(c) not in ALLOWED_CYCLES]
+    assert not found, "modules that import each other, round a cycle: " + "; ".join(", ".join(c) for c in found)
+
+
+def test_the_checks_see_a_bad_import(tmp_path):
+    """A planted upward import and a planted cycle are found (the checks are not vacuous)."""
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "conftest.py").write_text("")
+    (tmp_path / "reference" / "oracle.py").write_text("def f():\n    from sharded import layout\n")
+    (tmp_path / "sharded" / "layout.py").write_text("from engines.vllm import layer\n")
+    (tmp_path / "engines" / "vllm").mkdir()
+    (tmp_path / "engines" / "vllm" / "__init__.py").write_text("")
+    (tmp_path / "engines" / "vllm" / "layer.py").write_text("from ..vllm import models\nimport properties.checks\n")
+    (tmp_path / "engines" / "vllm" / "models.py").write_text("from . import layer\n")
+    (tmp_path / "properties" / "checks.py").write_text("from tpargmax.cli import main\n")
+    assert layering_violations(tmp_path) == [
+        "engines/vllm/layer.py:2: imports properties.checks",
+        "properties/checks.py:1: imports tpargmax.cli",
+        "reference/oracle.py:2: imports sharded.layout",
+        "sharded/layout.py:1: imports engines.vllm.layer",
+    ]
+    assert cycles(tmp_path) == [["engines.vllm.layer", "engines.vllm.models"]]
