@@ -172,10 +172,10 @@ def test_stored_fixtures_are_what_the_builder_makes(tmp_path):
         assert (HERE / path.name).read_bytes() == path.read_bytes(), path.name
 
 
-def test_readme_shows_what_the_command_prints(monkeypatch, capsys):
+def test_the_d2t_page_shows_what_the_command_prints(monkeypatch, capsys):
     command = "$ .venv/bin/tpargmax check-d2t tests/fixtures/d2t/swapped.safetensors\n"
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    shown = readme[readme.index(command) + len(command) :].split("```", 1)[0]
+    page = (ROOT / "docs" / "d2t.md").read_text(encoding="utf-8")
+    shown = page[page.index(command) + len(command) :].split("```", 1)[0]
     monkeypatch.chdir(ROOT)
     main(["check-d2t", "tests/fixtures/d2t/swapped.safetensors"])
     assert capsys.readouterr().out == shown

@@ -63,7 +63,7 @@ CATCHES = [
     (d2t.test_the_flag_fires_exactly_on_non_monotone_tables, "d2t_skipped", "table, tie at"),
     (eq.test_token_exact, "d2t_for_base_ids_only", "[d2t mapping skipped: returned draft id"),
     (d2t.test_the_top_k_flag_fires_exactly_on_non_monotone_tables, "topk_ties_by_target_id", "the flag cannot fire"),
-    # the thin meetings of the first coverage report (README: Coverage of feature pairs)
+    # the thin meetings of the first coverage report (docs/checks.md: Coverage of feature pairs)
     (eq.test_token_exact, "inf_ties_by_rank", "[tie across ranks resolved by rank, not by id"),
     (eq.test_token_exact, "added_padding_nan_leaks", "which no draft id maps to through d2t]"),
     (top_k.test_top_k_exact, "topk_merge_by_rank", "[top-k tie order: equal logits must come in ascending id]"),
