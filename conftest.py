@@ -17,13 +17,13 @@ import torch
 from hypothesis import settings
 from hypothesis._settings import is_in_ci
 
+from groups.devices import DEVICE_ENV, DEVICES, check_backend, check_device, default_device
+from groups.pool import close_all_pools
 from properties import coverage, results, runner
 from properties.profiles import backend_budget  # importing it registers dev, ci and nightly
-from sharded.devices import DEVICE_ENV, DEVICES, check_backend, check_device, default_device
 from sharded.impls import IMPL_ENV, TOPK_IMPL_ENV, load_impl
 from sharded.local_argmax import BUILTINS, DEFAULT_IMPLS
 from sharded.local_top_k import DEFAULT_TOPK_IMPLS, TOPK_BUILTINS
-from sharded.pool import close_all_pools
 
 # Two xdist workers on two cores: one intra-op thread each keeps them from fighting.
 torch.set_num_threads(1)

@@ -15,8 +15,8 @@ from functools import cached_property
 
 import torch
 
+from groups.devices import case_device, rank_device
 from reference.head import DEFAULT_PADDING_SIZE, check_vocab
-from sharded.devices import case_device, rank_device
 from sharded.layout import ShardLayout, vocab_parallel_layout
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

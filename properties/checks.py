@@ -13,6 +13,7 @@ import torch
 from hypothesis import event
 from hypothesis.control import currently_in_test_context
 
+from groups.simulated import RankTimeout
 from properties.cases import Inputs
 from properties.diagnose import (
     ImplementationHung,
@@ -25,7 +26,6 @@ from properties.diagnose import (
 )
 from properties.runner import backend_tps, oracle_draft_logits, oracle_tokens, run_ranks
 from sharded.impls import Impl
-from sharded.simulated import RankTimeout
 
 TOKEN_EXACT = "token-exact equality with the classic path"
 OUTPUT_CONTRACT = "output contract: int64 [B], identical on every rank, a token (never padding or an id >= L)"

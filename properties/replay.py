@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 
+from groups.devices import DEVICE_ENV, DEVICES, check_backend, check_device, default_device
 from properties import runner
 from properties.case_input import parse_case
 from properties.checks import TOKEN_EXACT
@@ -25,7 +26,6 @@ from properties.diagnose import ImplementationHung, PropertyFailure, explain_tok
 from properties.repro import check
 from properties.runner import oracle_top_k
 from properties.top_k import TOP_K_EXACT, check_top_k_contract
-from sharded.devices import DEVICE_ENV, DEVICES, check_backend, check_device, default_device
 from sharded.impls import IMPL_ENV, load_impl
 
 TOKEN_RECORD = {"property": TOKEN_EXACT}  # replays the output contract and token equality

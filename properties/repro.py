@@ -20,11 +20,11 @@ from typing import Any
 import hypothesis
 import torch
 
+from groups.devices import check_device
 from properties import checks, top_k
 from properties.cases import TENSORS, Inputs
 from properties.diagnose import replay_backend
 from properties.repro_reader import FORMAT, read_record
-from sharded.devices import check_device
 from sharded.impls import load_impl
 
 INLINE_BYTES = 64 * 1024

@@ -19,13 +19,13 @@ from typing import Any
 
 import torch
 
+from groups.devices import DEVICES
 from properties.case_input import case_from_fields
 from properties.cases import DTYPES as CASE_DTYPES
 from properties.cases import Case, Inputs, layouts_of, shown
 from properties.checks import BAD_INPUTS
 from properties.torch_files import load_weights_only
 from reference.checks import check_d2t
-from sharded.devices import DEVICES
 
 FORMAT = "tpargmax-repro/2"
 OLD_FORMATS = ("tpargmax-repro/1",)  # weight held every padded row in rank order (no added ids then)

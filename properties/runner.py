@@ -8,20 +8,20 @@ from typing import Any
 
 import torch
 
+from groups.devices import rank_device
+from groups.pool import RankPool
+from groups.simulated import DEFAULT_TIMEOUT, run_simulated
 from properties import coverage
 from properties.case_tensors import build
 from properties.cases import Case, Inputs
 from reference.oracle import draft_logits, tokens_from_draft_logits
 from reference.topk import classic_top_k
-from sharded.devices import rank_device
 from sharded.group import Traffic
 from sharded.impls import Impl
-from sharded.pool import RankPool
-from sharded.simulated import DEFAULT_TIMEOUT, run_simulated
 
 # Set by conftest from --collective-timeout, --gloo-tps, --heads and --device.
 collective_timeout = DEFAULT_TIMEOUT
-device = "cpu"  # where every rank's tensors and the oracle live: sharded.devices
+device = "cpu"  # where every rank's tensors and the oracle live: groups.devices
 gloo_tps: tuple[int, ...] = (2, 4)
 HEADS = ("all", "base")  # base: only base ids are tokens (added rows, if any, lie beyond the logits vocabulary)
 heads = "all"

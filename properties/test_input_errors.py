@@ -7,12 +7,12 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from groups.devices import rank_device
 from properties import runner
 from properties.checks import BAD_INPUTS, check_rejects
 from properties.runner import backend_tps, prepare, run_per_rank
 from properties.strategies import cases
 from reference.checks import FLOAT_ID_LIMIT
-from sharded.devices import rank_device
 from sharded.layout import vocab_parallel_layout
 
 

@@ -11,10 +11,10 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from groups.devices import case_device
 from properties import runner
 from properties.cases import DTYPES
 from reference.pyargmax import py_argmax
-from sharded.devices import case_device
 
 SPECIALS = (float("nan"), -float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 5e-324, 1e-40, 3e38, 1.0)
 values = st.one_of(st.sampled_from(SPECIALS), st.floats(width=32), st.integers(-3, 3).map(float))

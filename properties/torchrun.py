@@ -21,9 +21,9 @@ import sys
 import pytest
 import torch.distributed as dist
 
+from groups.devices import default_device
+from groups.torchrun import TorchrunJob
 from properties import runner
-from sharded.devices import default_device
-from sharded.torchrun import TorchrunJob
 
 
 def _option(args: list[str], name: str, default: str) -> str:

@@ -1,8 +1,8 @@
-"""The project's own local path (per-rank argmax and top-k, keys, layouts) and the TP groups it runs on.
+"""The project's own local path: per-rank argmax and top-k, packed keys, the vocab-parallel layout.
 
-The groups are simulated threads, a gloo process pool or torch.distributed.  It imports only ``reference``, never
-``engines``, ``properties`` or ``tpargmax``: ``impls`` names the engines' built-ins by ``MODULE:ATTR`` and imports
-them only when asked for.
+``group`` is the TP-group interface it is written against; the groups themselves live in ``groups``.  It imports
+only ``reference``, never ``groups``, ``engines``, ``properties`` or ``tpargmax``: ``impls`` names the engines'
+built-ins by ``MODULE:ATTR`` and imports them only when asked for.
 """
 
 import warnings

@@ -1,6 +1,6 @@
 """The TP-group interface the rank code is written against, with byte counting.
 
-Implementations: :mod:`sharded.simulated` (threads in one process); the real
+Implementations: :mod:`groups.simulated` (threads in one process); the real
 ``torch.distributed`` groups (gloo, NCCL) fit the same four members.
 """
 

@@ -1,6 +1,6 @@
 """The built-in local-argmax implementations and the pieces they are made of.
 
-Every implementation follows the rank-local contract in README.md: called on
+Every implementation follows the rank-local contract in docs/contract.md: called on
 each rank with that rank's inputs and group, it returns the same int64 target
 ids ``[B]`` on every rank.
 """

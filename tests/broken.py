@@ -14,6 +14,7 @@ from collections import Counter
 
 import torch
 
+from groups.torch_group import TorchGroup
 from properties.diagnose import tf32_linear
 from reference.checks import check_d2t, check_scale
 from reference.logits import head_logits
@@ -28,7 +29,6 @@ from sharded.local_argmax import (
     vllm_pairs,
 )
 from sharded.local_top_k import local_top_k, merge_pairs, topk_pairs
-from sharded.torch_group import TorchGroup
 
 
 def _map_any(ids, d2t, layout):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from groups.bench import PATHS, bytes_per_rank
 from properties.test_traffic import FORMULAS
 from sharded import NUMPY_NOTICE
-from sharded.bench import PATHS, bytes_per_rank
 from tests.suite import ROOT
 
 
@@ -15,7 +15,7 @@ def test_bench_prints_a_row_per_cell():
     cmd = [
         sys.executable,
         "-m",
-        "sharded.bench",
+        "groups.bench",
         "--vocab",
         "1000",
         "--tp",

@@ -19,6 +19,7 @@ import torch
 from hypothesis import settings
 
 import conftest
+from groups.devices import DEVICE_ENV, default_device
 from properties import repro, runner
 from properties import test_d2t as d2t
 from properties import test_divergence as divergence
@@ -29,7 +30,6 @@ from properties import test_top_k as top_k
 from properties.cases import Case
 from properties.checks import TOKEN_EXACT
 from properties.replay import main as replay_main
-from sharded.devices import DEVICE_ENV, default_device
 from sharded.impls import Impl, load_impl
 from sharded.local_argmax import packed_key
 from tests.suite import FIND_ONLY, failure

@@ -53,7 +53,7 @@ def test_a_command_prints_its_answer_and_nothing_on_stderr(name):
 
 @pytest.mark.skipif(importlib.util.find_spec("numpy") is not None, reason="with NumPy installed torch has no notice")
 def test_importing_the_suite_as_a_library_changes_no_warning_filter():
-    out = run([sys.executable, "-c", "import tpargmax.cli, properties.runner, sharded.pool"], ROOT)
+    out = run([sys.executable, "-c", "import tpargmax.cli, properties.runner, groups.pool"], ROOT)
     assert out.returncode == 0 and NUMPY_NOTICE in out.stderr, out.stderr
 
 

@@ -1,9 +1,10 @@
 """The floors stay floors: no package imports one above it, and no module imports itself back through others.
 
-From the bottom: ``reference`` (the oracle) imports nothing of the project; ``sharded`` (the local path and the
-groups) only ``reference``; ``engines`` (other people's code under test) never ``properties`` or ``tpargmax``;
-``properties`` never ``tpargmax``.  Imports are read with ``ast`` (every static import, also inside functions);
-``importlib.import_module`` strings, such as ``sharded.impls``' lazily named engine built-ins, are not followed.
+From the bottom: ``reference`` (the oracle) imports nothing of the project; ``sharded`` (the local path) only
+``reference``; ``groups`` (where ranks run) only those two; ``engines`` (other people's code under test) never
+``groups``, ``properties`` or ``tpargmax``; ``properties`` never ``tpargmax``.  Imports are read with ``ast``
+(every static import, also inside functions); ``importlib.import_module`` strings, such as ``sharded.impls``' lazily
+named engine built-ins, are not followed.
 """
 
 from __future__ import annotations
@@ -12,16 +13,16 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("reference", "sharded", "engines", "properties", "tpargmax", "tests", "examples")
+PACKAGES = ("reference", "sharded", "groups", "engines", "properties", "tpargmax", "tests", "examples")
 PROJECT = {*PACKAGES, "conftest"}
 # package -> the project's top-level names it must never import
 FORBIDDEN = {
     "reference": PROJECT - {"reference"},
     "sharded": PROJECT - {"reference", "sharded"},
-    "engines": {"properties", "tpargmax", "tests", "conftest"},
+    "groups": PROJECT - {"reference", "sharded", "groups"},
+    "engines": {"groups", "properties", "tpargmax", "tests", "conftest"},
     "properties": {"tpargmax", "tests", "conftest"},
 }
-# Import cycles known and being broken, each the exact set of its modules; empty it as they go.
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
@@ -121,6 +122,7 @@ def test_the_checks_see_a_bad_import(tmp_path):
     (tmp_path / "conftest.py").write_text("")
     (tmp_path / "reference" / "oracle.py").write_text("def f():\n    from sharded import layout\n")
     (tmp_path / "sharded" / "layout.py").write_text("from engines.vllm import layer\n")
+    (tmp_path / "sharded" / "keys.py").write_text("import groups.pool\n")
     (tmp_path / "engines" / "vllm").mkdir()
     (tmp_path / "engines" / "vllm" / "__init__.py").write_text("")
     (tmp_path / "engines" / "vllm" / "layer.py").write_text("from ..vllm import models\nimport properties.checks\n")
@@ -130,6 +132,7 @@ def test_the_checks_see_a_bad_import(tmp_path):
         "engines/vllm/layer.py:2: imports properties.checks",
         "properties/checks.py:1: imports tpargmax.cli",
         "reference/oracle.py:2: imports sharded.layout",
+        "sharded/keys.py:1: imports groups.pool",
         "sharded/layout.py:1: imports engines.vllm.layer",
     ]
     assert cycles(tmp_path) == [["engines.vllm.layer", "engines.vllm.models"]]

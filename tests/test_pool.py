@@ -16,12 +16,12 @@ from multiprocessing import Pipe
 import pytest
 import torch
 
+from groups.pool import RankPool
+from groups.simulated import RankTimeout
+from groups.tasks import RemoteError, RemoteValueError
+from groups.wire import recv, send
 from properties.cases import Case
 from properties.runner import prepare, rank_kwargs
-from sharded.pool import RankPool
-from sharded.simulated import RankTimeout
-from sharded.tasks import RemoteError, RemoteValueError
-from sharded.wire import recv, send
 from tests.suite import ROOT
 
 TIMEOUT = 3.0  # the pool's hang timeout: what a healthy task takes is milliseconds
@@ -108,7 +108,7 @@ def test_a_hung_or_dead_rank_is_named(pool, name, words):
 
 DRIVER = """
 import os, signal, sys, time
-from sharded.pool import RankPool
+from groups.pool import RankPool
 signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C semantics even if started with SIGINT ignored
 pool = RankPool(2)
 parents = {}

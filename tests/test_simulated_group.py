@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from sharded.simulated import CollectiveError, RankTimeout, run_simulated
+from groups.simulated import CollectiveError, RankTimeout, run_simulated
 
 HANG_BOUND = 60.0  # seconds: only bounds a regression that would hang; the runs below take milliseconds
 

@@ -9,11 +9,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from groups.simulated import run_simulated
 from reference.checks import InvalidInput
 from reference.pyargmax import py_top_k
 from reference.topk import classic_top_k, top_k_ids
 from sharded.local_top_k import SENTINEL_ID, local_top_k, merge_pairs
-from sharded.simulated import run_simulated
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}

@@ -17,11 +17,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from groups.simulated import run_simulated
 from reference.logits import head_logits
 from sharded.keys import decode_ids, encode_keys
 from sharded.layout import vocab_parallel_layout
 from sharded.local_argmax import local_best, packed_key
-from sharded.simulated import run_simulated
 from sharded.triton_key import MASKED, shard_keys, triton_key, why_unavailable
 
 if why_unavailable():

@@ -17,10 +17,10 @@ import torch  # noqa: E402
 from engines.vllm import discovery  # noqa: E402
 from engines.vllm import models as vllm_models  # noqa: E402
 from engines.vllm.build import HIDDEN  # noqa: E402
+from groups.pool import RankPool  # noqa: E402
 from properties.case_tensors import build  # noqa: E402
 from properties.cases import Case  # noqa: E402
 from properties.runner import oracle_tokens, rank_kwargs  # noqa: E402
-from sharded.pool import RankPool  # noqa: E402
 
 EXPECTED = {
     "LlamaForCausalLM": "inherits LocalArgmaxMixin",

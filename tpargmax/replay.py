@@ -10,9 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from groups.devices import check_backend
 from properties import repro, runner
 from properties.diagnose import ImplementationHung, PropertyFailure, explain_tokens
-from sharded.devices import check_backend
 from sharded.impls import load_impl
 
 

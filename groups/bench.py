@@ -1,6 +1,6 @@
 """Benchmark the classic path against the local paths over real gloo process groups.
 
-    python -m sharded.bench [--vocab ...] [--tp ...] [--batch ...] [--dtype ...] [--png FILE]
+    python -m groups.bench [--vocab ...] [--tp ...] [--batch ...] [--dtype ...] [--png FILE]
 
 Each rank starts from its own shard of logits (the matmul is the same on both
 paths, so it is left out) and runs one reduction step: the classic path
@@ -24,9 +24,9 @@ import time
 
 import torch
 
+from groups.pool import RankPool
 from sharded.layout import vocab_parallel_layout
 from sharded.local_argmax import REDUCTIONS
-from sharded.pool import RankPool
 
 PATHS = ("classic_gather", "vllm_pairs", "packed_key")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -61,7 +61,7 @@ def bytes_per_rank(path: str, batch: int, padded: int, tp: int, itemsize: int) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sharded.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m groups.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, nargs="+", default=[32000, 128256, 151936, 262144])
     parser.add_argument("--tp", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8, 64, 256])
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                                 reps=args.reps,
                                 budget=args.budget,
                             )
-                            per_rank, _ = pool.run("sharded.bench:time_on_rank", [task] * tp)
+                            per_rank, _ = pool.run("groups.bench:time_on_rank", [task] * tp)
                             ms[path] = 1e3 * statistics.median(max(step) for step in zip(*per_rank, strict=True))
                         size = DTYPES[dtype].itemsize
                         nbytes = [bytes_per_rank(p, batch, padded, tp, size) for p in PATHS]

@@ -20,10 +20,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from sharded.devices import check_device
+from groups.devices import check_device
+from groups.tasks import TaskRunner, outcome
+from groups.torch_group import TorchGroup, all_gather_flat
 from sharded.group import Traffic
-from sharded.tasks import TaskRunner, outcome
-from sharded.torch_group import TorchGroup, all_gather_flat
 
 
 def _bytes(t: torch.Tensor) -> bytes:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
+from groups.simulated import RankTimeout
 from sharded.group import Traffic
 from sharded.impls import Impl, load_impl
-from sharded.simulated import RankTimeout
 
 
 class RemoteError(RuntimeError):

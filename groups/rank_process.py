@@ -1,4 +1,4 @@
-"""The rank side of :class:`sharded.pool.RankPool`: one process of the group, serving tasks until told to stop.
+"""The rank side of :class:`groups.pool.RankPool`: one process of the group, serving tasks until told to stop.
 
 This module is the entry point of every rank process.  The pool's fork server
 imports it once, torch included, and forks each rank from there, so a rank
@@ -19,9 +19,9 @@ from multiprocessing.connection import Client
 import torch
 import torch.distributed as dist
 
-from sharded.tasks import TaskRunner
-from sharded.torch_group import TorchGroup
-from sharded.wire import recv, send
+from groups.tasks import TaskRunner
+from groups.torch_group import TorchGroup
+from groups.wire import recv, send
 
 # A rank's own collectives give up later than the driver does, so that a rank the driver finds
 # silent is always reported as hung, never as an error that raced in; the driver then closes the pool.

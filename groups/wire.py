@@ -1,6 +1,6 @@
 """The pool's wire protocol: what a driver and its rank processes send each other over a connection.
 
-Its own module so that :mod:`sharded.pool` (the driver's side) and :mod:`sharded.rank_process` (the
+Its own module so that :mod:`groups.pool` (the driver's side) and :mod:`groups.rank_process` (the
 ranks' side) both import it and not each other.
 """
 

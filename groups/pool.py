@@ -4,7 +4,7 @@ Started once and fed task after task (like PyTorch's MultiProcContinuousTest),
 because spawning a group per example costs seconds while a round trip through a
 live pool costs about a millisecond.  Each task names an implementation and
 carries every rank's own arguments; each rank calls the implementation with a
-:class:`~sharded.torch_group.TorchGroup` and sends back its output and traffic.
+:class:`~groups.torch_group.TorchGroup` and sends back its output and traffic.
 
 Faults end in an exception, never a hang: a rank that raises comes back with
 its traceback; a rank that dies or does not answer within ``timeout`` is named,
@@ -31,16 +31,16 @@ import weakref
 from multiprocessing.connection import Connection, Listener, wait
 from typing import Any
 
+from groups.simulated import RankTimeout
+from groups.tasks import in_step, outcome
+from groups.wire import recv, send
 from sharded.group import Traffic
-from sharded.simulated import RankTimeout
-from sharded.tasks import in_step, outcome
-from sharded.wire import recv, send
 
 DEFAULT_START_TIMEOUT = 120.0
 _live_pools: weakref.WeakSet[RankPool] = weakref.WeakSet()
-# Ranks fork from one server process per driver that has imported torch once (see sharded.rank_process).
+# Ranks fork from one server process per driver that has imported torch once (see groups.rank_process).
 _FORK = multiprocessing.get_context("forkserver")
-_FORK.set_forkserver_preload(["sharded.rank_process"])
+_FORK.set_forkserver_preload(["groups.rank_process"])
 
 
 class RankPool:
@@ -183,7 +183,7 @@ def close_all_pools() -> None:
 
 
 def _rank_main(*args: Any) -> None:
-    """A rank process's target; the fork server has ``sharded.rank_process`` imported already."""
-    from sharded.rank_process import main
+    """A rank process's target; the fork server has ``groups.rank_process`` imported already."""
+    from groups.rank_process import main
 
     main(*args)
