@@ -58,12 +58,13 @@ def pin_heads(impls: list[Impl]) -> None:
 def prepare(case: Case, backend: str = "sim") -> Inputs:
     """Build ``case`` for ``backend``, moving its tp to the nearest one the backend runs (under
     ``--heads base``, its logits vocabulary down to the base ids; with a fixed head, to that head), on ``device``."""
+    tp = nearest_tp(case.tp, backend)  # first: a Case checks that its tp splits its head
     if pinned:
-        case = replace(case, **pinned)
+        case = replace(case, **pinned, tp=tp)
     logits_vocab = case.logits_vocab or case.vocab + case.added
     if heads == "base" and logits_vocab > case.vocab:
-        case = replace(case, logits_vocab=case.vocab)
-    inputs = replace(build(replace(case, tp=nearest_tp(case.tp, backend))), backend=backend).on(device)
+        case = replace(case, logits_vocab=case.vocab, tp=tp)
+    inputs = replace(build(replace(case, tp=tp)), backend=backend).on(device)
     coverage.observe(inputs, lambda: oracle_draft_logits(inputs))
     return inputs
 

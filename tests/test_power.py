@@ -77,7 +77,7 @@ CATCHES = [
     (
         top_k.test_top_k_exact,
         "topk_log_probs_unscaled_partition",
-        "[top-k log-probabilities differ from the classic log-softmax by more than 1e-05]",
+        "[top-k log-probabilities differ from the classic log-softmax by more than 1e-05 and 4 float32 ulps ",
     ),
 ]
 PROCESS_ONLY = {"rank_one_sleeps", "rank_one_dies"}  # they hang or kill a process: tests/test_pool.py

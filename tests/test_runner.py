@@ -33,3 +33,13 @@ def test_an_implementation_writing_into_its_arguments_changes_nothing_else():
             assert all(torch.equal(t, pristine[name]) for name, t in zip(ARGS, tensors, strict=True)), rank
     assert torch.equal(oracle_draft_logits(inputs), logits)
     assert torch.equal(run_ranks(load_impl("packed_key"), inputs)[0][0], honest)
+
+
+def test_a_pinned_head_takes_the_backends_tp_before_the_case_checks_itself(monkeypatch):
+    """A model class fixes its head (1000 ids, padded to 1024): a drawn tp=3 moves to gloo's nearest tp first, so
+    the case never meets a tp that cannot split the head it is pinned to."""
+    from properties import runner
+
+    monkeypatch.setattr(runner, "pinned", {"vocab": 1000, "hidden": 8, "padding_size": 64})
+    inputs = prepare(Case(batch=1, hidden=3, vocab=7, tp=3, padding_size=3), "gloo")
+    assert (inputs.tp, inputs.case.vocab) == (2, 1000)

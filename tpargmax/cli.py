@@ -99,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     rpt.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     rpt.add_argument("--render", metavar="JSON", help="render a saved report's JSON as the page; run nothing")
     rpt.add_argument("--rows", nargs="+", help="only the rows whose name contains one of these")
+    rpt.add_argument(
+        "--merge",
+        metavar="JSON",
+        help="run the selected rows and put them into this saved report (replacing rows of the same name); "
+        "with --out, write the page and JSON there",
+    )
     rpt.add_argument("--examples", type=int, default=120, help="--max-examples per property (default %(default)s)")
     rpt.add_argument("--repro-dir", default="repro/vllm-0.32.0", help="where failures' repro files go")
     rpt.add_argument("--row-timeout", type=float, default=900.0, help="seconds one row may take (default %(default)s)")

@@ -42,6 +42,7 @@ class Subject:
     note: str = ""
     name: str = ""  # how the page names it (default: the spec)
     vllm: bool = False
+    corrects: str = ""  # the row this one is the corrected twin of (engines/<engine>/corrected.py)
 
     @property
     def label(self) -> str:
@@ -70,9 +71,36 @@ class Run:
         return ("--topk-impl" if self.top_k else "--impl", subject.spec)
 
 
+FINDINGS = "engines.vllm.findings:FINDINGS"
+CORRECTED = "engines.vllm.corrected"
+CORRECTED_KIND = ", corrected"
+
+
+def twin(subject: Subject) -> Subject:
+    """The subject with the project's corrections in place, beside it on the page."""
+    spec = subject.spec.partition(":")[2] or subject.spec
+    return Subject(
+        f"{CORRECTED}:{spec}",
+        subject.kind + CORRECTED_KIND,
+        "the same, with the corrections of the root causes in place",
+        f"{subject.label} (corrected)",
+        vllm=True,
+        corrects=subject.label,
+    )
+
+
 def static_runs() -> list[Run]:
-    """The built-ins, the engine variants and vLLM's layer."""
+    """The built-ins, the engine variants and vLLM's layer, and vLLM's layer corrected."""
     layer = "vLLM layer"
+    vllm = Subject("vllm", layer, "LogitsProcessor.get_top_tokens + LocalArgmaxMixin", vllm=True)
+    classic = Subject("vllm_classic", layer, "LogitsProcessor.forward, EAGLE3 scatter, argmax", vllm=True)
+    topk_note = "LogitsProcessor.get_top_k_tokens; ids through d2t as the mixin maps them"
+    topk = Subject("vllm_topk", layer, topk_note, vllm=True)
+    logprobs = Subject("vllm_topk_logprobs", layer, "get_top_k_tokens(return_log_probs=True)", vllm=True)
+    shm_note = "get_top_k_tokens on vLLM's shared-memory CPU communicator (TPARGMAX_VLLM_SHM=1)"
+    shm = Subject("vllm_topk", layer, shm_note, name="vllm_topk (CPU SHM)", vllm=True)
+    shm_env = ((SHM_ENV, "1"),)
+    fixed_argmax = twin(vllm).spec  # a corrected top-k's top-1 is compared with the corrected argmax
     return [
         Run(
             (
@@ -81,45 +109,24 @@ def static_runs() -> list[Run]:
                 Subject("classic_gather", "built-in", "all-gather every logit, argmax"),
                 Subject("trtllm_style", "engine variant", "TensorRT-LLM-style: ids from the rank offset, no mask"),
                 Subject("sglang_style", "engine variant", "SGLang-proposal-style packed key: refuses 2**24 ids"),
-                Subject("vllm", layer, "LogitsProcessor.get_top_tokens + LocalArgmaxMixin", vllm=True),
-                Subject("vllm_classic", layer, "LogitsProcessor.forward, EAGLE3 scatter, argmax", vllm=True),
+                vllm,
+                twin(vllm),
+                classic,
+                twin(classic),
             )
         ),
         Run((Subject("topk_pairs", "built-in", "k (value, id) pairs per rank"),), top_k=True, argmax="vllm_pairs"),
-        Run(
-            (
-                Subject(
-                    "vllm_topk",
-                    layer,
-                    "LogitsProcessor.get_top_k_tokens; ids through d2t as the mixin maps them",
-                    vllm=True,
-                ),
-                Subject("vllm_topk_logprobs", layer, "get_top_k_tokens(return_log_probs=True)", vllm=True),
-            ),
-            top_k=True,
-            argmax="vllm",
-        ),
-        Run(
-            (
-                Subject(
-                    "vllm_topk",
-                    layer,
-                    "get_top_k_tokens on vLLM's shared-memory CPU communicator (TPARGMAX_VLLM_SHM=1)",
-                    name="vllm_topk (CPU SHM)",
-                    vllm=True,
-                ),
-            ),
-            top_k=True,
-            argmax="vllm",
-            env=((SHM_ENV, "1"),),
-        ),
+        Run((topk, logprobs), top_k=True, argmax="vllm"),
+        Run((twin(topk), twin(logprobs)), top_k=True, argmax=fixed_argmax),
+        Run((shm,), top_k=True, argmax="vllm", env=shm_env),
+        Run((replace(twin(shm), spec=twin(topk).spec),), top_k=True, argmax=fixed_argmax, env=shm_env),
     ]
 
 
 def model_runs() -> tuple[list[Run], list[dict[str, Any]], dict[str, str]]:
     """Runs of every vLLM model class subject (one per head they share), the discovery record, and the proposer's
     answer for a draft class without ``get_top_tokens``."""
-    from engines.vllm import discovery
+    from engines.vllm import corrected, discovery
     from engines.vllm import models as vllm_models
     from sharded.impls import load_impl
 
@@ -128,9 +135,15 @@ def model_runs() -> tuple[list[Run], list[dict[str, Any]], dict[str, str]]:
         fn = load_impl(spec).fn
         path = spec.rpartition(".")[2]
         kind = "vLLM model class, classic path" if path == "compute_logits" else "vLLM model class"
+        subject = Subject(spec, kind, fn.how, spec.partition(":")[2], vllm=True)
         key = (path == "get_top_k_tokens", tuple(sorted(fn.head.items())))
-        by_head.setdefault(key, []).append(Subject(spec, kind, fn.how, spec.partition(":")[2], vllm=True))
-    runs = [Run(tuple(s), top_k=top_k, argmax="vllm" if top_k else "") for (top_k, _), s in by_head.items()]
+        by_head.setdefault((*key, False), []).append(subject)
+        if subject.label in corrected.MODELS:  # its twin runs apart: its top-1 is compared with the corrected argmax
+            by_head.setdefault((*key, True), []).append(twin(subject))
+    runs = [
+        Run(tuple(s), top_k=top_k, argmax=(twin(Subject("vllm", "")).spec if fixed else "vllm") if top_k else "")
+        for (top_k, _, fixed), s in by_head.items()
+    ]
     subjects: dict[str, list[str]] = {}
     for name, subject in vllm_models.SUBJECTS.items():
         subjects.setdefault(subject.cls, []).append(name)
@@ -288,6 +301,7 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
         ]
     data = {
         "title": "vLLM 0.32.0 conformance",
+        "findings": FINDINGS,
         "command": command_line(args),
         "versions": versions(),
         "budget": {"examples": args.examples, "backend": "gloo", "tps": [2, 4], "profile": "ci (derandomised)"},
@@ -312,12 +326,25 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
                 "option": list(run.option(subject)),
             }
             row["env"] = dict(run.env)
+            if subject.corrects:
+                row["corrects"] = subject.corrects
             if subject in ready:
                 data["rows"].append({**row, "cells": cells(entries, run, subject)})
             else:
                 data["rows"].append({**row, "cells": {}, "skipped": INSTALL_HINT})
+    data["rows"] = beside(data["rows"])
     log(f"done in {time.monotonic() - started:.0f} s")
     return data
+
+
+def beside(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows in run order, each corrected row right after the row it corrects."""
+    twins = {row["corrects"]: row for row in rows if row.get("corrects")}
+    out = []
+    for row in rows:
+        if not row.get("corrects"):
+            out += [row] + ([twins.pop(row["name"])] if row["name"] in twins else [])
+    return out + list(twins.values())
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -326,8 +353,25 @@ def command_line(args: argparse.Namespace) -> str:
     if args.examples != DEFAULT_EXAMPLES:
         parts += ["--examples", str(args.examples)]
     parts += [f"--rows {' '.join(args.rows)}"] if args.rows else []
+    parts += [f"--merge {args.merge}"] if getattr(args, "merge", None) else []
     parts += [f"--out {args.out}"] if args.out else []
     return " ".join(parts)
+
+
+def merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``new``'s rows in place of its rows of the same name (or added), each corrected row beside
+    the row it corrects; the page then names both commands."""
+    if base["versions"] != new["versions"] or base["budget"] != new["budget"]:
+        raise ValueError(f"cannot merge runs of other versions or budgets: {base['versions']} vs {new['versions']}")
+    fresh = {row["name"]: row for row in new["rows"]}
+    rows = [fresh.pop(row["name"], row) for row in base["rows"]] + list(fresh.values())
+    commands = base.get("commands") or [base["command"]]
+    return {
+        **base,
+        "findings": new.get("findings", base.get("findings")),
+        "commands": [*commands, new["command"]],
+        "rows": beside(rows),
+    }
 
 
 def report(args: argparse.Namespace) -> int:
@@ -336,6 +380,8 @@ def report(args: argparse.Namespace) -> int:
 
     if args.render:
         data = json.loads(Path(args.render).read_text(encoding="utf-8"))
+    elif getattr(args, "merge", None):
+        data = merge(json.loads(Path(args.merge).read_text(encoding="utf-8")), build(args, log))
     else:
         data = build(args, log)
     text = json.dumps(data, indent=1) + "\n" if args.json else render(data)
@@ -343,7 +389,7 @@ def report(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(render(data), encoding="utf-8")
-        if not args.render:
+        if not args.render:  # a merge writes the merged JSON
             out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         log(f"wrote {out} and {out.with_suffix('.json')}")
     else:

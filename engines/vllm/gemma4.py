@@ -44,7 +44,9 @@ def _build_gemma4_mtp(centroids: int | None, top_k: int, ordered: bool) -> Calla
             masked.centroids.weight.data.copy_(torch.randn(centroids, HIDDEN, generator=g))
             order = torch.randperm(GEMMA4_VOCAB, generator=g) if ordered else torch.arange(GEMMA4_VOCAB)
             masked.token_ordering.copy_(order)
-        methods = {n: getattr(Gemma4MTP, n) for n in ("get_top_tokens", "compute_logits", "_get_full_lm_head_weight")}
+        names = ("get_top_tokens", "compute_logits", "_get_full_lm_head_weight")
+        # looked up on the class at each call, so a correction patched onto it (engines.vllm.corrected) runs here
+        methods = {n: lambda self, *a, _n=n, **k: getattr(Gemma4MTP, _n)(self, *a, **k) for n in names}
         obj = stand_in(
             "Gemma4MTP",
             methods,

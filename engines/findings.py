@@ -1,0 +1,159 @@
+"""What an engine's failures come from, and the corrections that remove them: data any engine's page can carry.
+
+A conformance page lists failures (subject, property, rule, case).  A :class:`Cause` names one defect in the
+engine's code (file, function, the lines quoted), how bad it is, which shipped configurations reach it, a
+standalone reproduction and a correction; failures that follow from it through other code are its
+:class:`Consequence`\\ s.  A :class:`Reason` says why other failures are by design or outside the contract.  Every
+failure on a page is claimed by exactly one cause, consequence or reason, by its :func:`failure_key`.
+
+Corrections are the project's own code, put onto the engine's classes by :class:`Patch` for the length of each
+call of a corrected subject (:func:`corrected`), so a corrected subject runs the same properties as the original.
+Nothing here knows an engine: ``engines/<engine>/findings.py`` holds its data.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+SEVERITIES = {
+    "shipped": "wrong token in a shipped configuration",
+    "unreached": "wrong only for inputs no shipped model produces",
+    "error": "a clear-error problem",
+}
+
+
+def failure_key(row: dict[str, Any], test: str, fail: dict[str, Any]) -> str:
+    """How findings name a failure: its repro file's name behind the environment its replay needs (as the page's
+    replay command reads), or the subject and property where it has none."""
+    repro = fail.get("repro_file") or ""
+    if not repro:
+        return f"{row['name']} {test}"
+    env = "".join(f"{k}={v} " for k, v in row.get("env", {}).items())
+    return env + repro.rsplit("/", 1)[-1].removesuffix(".json")
+
+
+@dataclass(frozen=True)
+class Consequence:
+    """Failures that follow from a cause's defect through other code (``d2t[top]`` indexing a returned padding id)."""
+
+    title: str
+    failures: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One defect at one place in the engine's code."""
+
+    id: str
+    title: str
+    where: str  # the file and the function, as a maintainer would open them
+    severity: str  # a key of SEVERITIES
+    reaches: str  # the shipped classes and configurations that reach it, found in the wheel
+    evidence: tuple[str, ...]  # "path:line: code", quoted from the wheel
+    why: str  # the mechanism, in a few sentences
+    failures: tuple[str, ...]  # failure keys it explains directly
+    consequences: tuple[Consequence, ...] = ()
+    script: str = ""  # the standalone reproduction, a path from the checkout
+    correction: str = ""  # what the correction does, and where it is (MODULE:function)
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"cause {self.id}: severity {self.severity!r} is not one of {sorted(SEVERITIES)}")
+
+    @property
+    def all_failures(self) -> tuple[str, ...]:
+        return self.failures + tuple(k for c in self.consequences for k in c.failures)
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Failures that are by design or outside the contract, and why."""
+
+    id: str
+    title: str
+    why: str
+    failures: tuple[str, ...]
+
+    @property
+    def all_failures(self) -> tuple[str, ...]:
+        return self.failures
+
+
+@dataclass(frozen=True)
+class Findings:
+    """An engine's causes and reasons, for the page at ``page`` (a checkout path without its suffix)."""
+
+    engine: str
+    page: str
+    causes: tuple[Cause, ...]
+    reasons: tuple[Reason, ...] = ()
+
+    def claims(self) -> dict[str, Cause | Reason]:
+        """Failure key -> what claims it; ValueError if two claim one failure."""
+        out: dict[str, Cause | Reason] = {}
+        for item in (*self.causes, *self.reasons):
+            for key in item.all_failures:
+                if key in out:
+                    raise ValueError(f"failure {key!r} is claimed by both {out[key].id} and {item.id}")
+                out[key] = item
+        return out
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A correction put onto an engine's class: ``target`` is ``module:Class.attr``."""
+
+    target: str
+    replacement: Callable[..., Any]
+
+    def owner(self) -> tuple[Any, str]:
+        module, _, path = self.target.partition(":")
+        owner_name, _, attr = path.rpartition(".")
+        owner: Any = importlib.import_module(module)
+        for part in owner_name.split(".") if owner_name else ():
+            owner = getattr(owner, part)
+        if attr not in vars(owner):
+            raise ValueError(f"patch target {self.target} does not exist in this version")
+        return owner, attr
+
+
+@contextmanager
+def applied(patches: Iterable[Patch]) -> Iterator[None]:
+    """The patches in place for the block, the originals back after it: a rank process that also serves the
+    uncorrected subject never sees a correction outside the corrected subject's own calls."""
+    saved = []
+    try:
+        for patch in patches:
+            owner, attr = patch.owner()
+            saved.append((owner, attr, vars(owner)[attr]))
+            setattr(owner, attr, patch.replacement)
+        yield
+    finally:
+        for owner, attr, original in reversed(saved):
+            setattr(owner, attr, original)
+
+
+def install(patches: Iterable[Patch]) -> None:
+    """The patches in place for good, in this process: for one that runs corrected code only (a standalone
+    reproduction run with the corrections, to show that they remove what it reproduces)."""
+    for patch in patches:
+        owner, attr = patch.owner()
+        setattr(owner, attr, patch.replacement)
+
+
+def corrected(fn: Callable[..., Any], patches: Iterable[Patch], name: str) -> Callable[..., Any]:
+    """``fn`` with ``patches`` in place during each call: the same subject, corrected."""
+    patches = tuple(patches)
+
+    def call(**kwargs: Any) -> Any:
+        with applied(patches):
+            return fn(**kwargs)
+
+    call.__dict__.update(fn.__dict__)  # process_bound, start, head, how, path, values: what the original declares
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"{fn.__doc__ or fn.__name__}, with the corrections {', '.join(p.target for p in patches)}"
+    return call

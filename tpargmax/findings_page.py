@@ -1,0 +1,132 @@
+"""The root-cause part of a conformance page: which defect each failure comes from, and what its correction removes.
+
+Pure functions of the report's JSON and the engine's findings (``engines/<engine>/findings.py``), so the page
+still renders on any machine, without the engine.  A corrected row (``row["corrects"]``, the original's name)
+proves a correction: for each failure a cause claims, the corrected row's cell of that property passes, or fails
+only with failures that other causes or reasons claim.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from engines.findings import SEVERITIES, Cause, Findings, Reason, failure_key
+
+Failure = tuple[str, dict[str, Any], str, dict[str, Any]]  # (number, row, test, failure), as report_page numbers them
+
+
+def load(data: dict[str, Any]) -> Findings | None:
+    """The findings the report names (``data["findings"]``, ``MODULE:ATTR``), or None."""
+    spec = data.get("findings")
+    if not spec:
+        return None
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def anchor(item: Cause | Reason) -> str:
+    """The slug of the item's heading, ``### V1``."""
+    return item.id.lower()
+
+
+def numbers_of(failures: list[Failure], keys: tuple[str, ...]) -> list[str]:
+    """The page's numbers of these failures, in page order."""
+    wanted = set(keys)
+    return [number for number, row, test, fail in failures if failure_key(row, test, fail) in wanted]
+
+
+def removes(data: dict[str, Any], failures: list[Failure], findings: Findings, cause: Cause) -> tuple[list, list]:
+    """(failures the correction removes, failures it leaves), by the corrected rows' cells."""
+    claims = findings.claims()
+    corrected = {row["corrects"]: row for row in data["rows"] if row.get("corrects")}
+    gone, left = [], []
+    for number, row, test, fail in failures:
+        if row.get("corrects") or claims.get(failure_key(row, test, fail)) is not cause:
+            continue  # a corrected row's own failures are what it leaves, counted from its original's
+        fixed = corrected.get(row["name"])
+        cell = fixed["cells"].get(test) if fixed else None
+        if cell is None:
+            left.append(number)
+            continue
+        # the corrected cell still fails with this cause's failure, or with one nothing claims yet
+        own = [f for f in cell.get("failures", []) if claims.get(failure_key(fixed, test, f), cause) is cause]
+        (left if cell["outcome"] == "failed" and (own or not cell.get("failures")) else gone).append(number)
+    return gone, left
+
+
+def _correction(data: dict[str, Any], failures: list[Failure], findings: Findings, cause: Cause) -> str:
+    if not cause.correction:
+        return "none yet"
+    gone, left = removes(data, failures, findings, cause)
+    return f"removes {', '.join(gone) or 'none'}" + (f"; leaves {', '.join(left)}" if left else "")
+
+
+def section(data: dict[str, Any], failures: list[Failure], findings: Findings) -> list[str]:
+    """The root causes, as the page opens: a short table, then each cause and reason in full.  Counts and lists
+    are of the original rows' failures; what the corrected rows still fail is in the correction column."""
+    claims = findings.claims()
+    proof, failures = failures, [f for f in failures if not f[1].get("corrects")]
+    by_cause = sum(1 for n, r, t, f in failures if isinstance(claims.get(failure_key(r, t, f)), Cause))
+    by_reason = sum(1 for n, r, t, f in failures if isinstance(claims.get(failure_key(r, t, f)), Reason))
+    out = [
+        "## Root causes",
+        "",
+        f"{len(failures)} failures: {by_cause} come from {len(findings.causes)} defects in {findings.engine}'s code "
+        f"(the causes below; a failure that follows from a defect through other code is listed as its consequence), "
+        f"{by_reason} are by design or outside the contract ([reasons](#by-design-or-outside-the-contract)). "
+        "Each cause has a standalone reproduction, a script that needs only the engine, and a correction: the "
+        "project's own code patched over the defective method, run through the same properties as the corrected "
+        "row beside the original.",
+        "",
+        "| cause | severity | failures | reaches | reproduction | correction |",
+        "|---|---|---|---|---|---|",
+    ]
+    for cause in findings.causes:
+        direct = numbers_of(failures, cause.failures)
+        follow = numbers_of(failures, tuple(k for c in cause.consequences for k in c.failures))
+        listed = "; ".join(filter(None, (", ".join(direct), "follows: " + ", ".join(follow) if follow else "")))
+        name = cause.script.rsplit("/", 1)[-1]
+        script = f"[{name}]({_relative(cause.script, findings.page)})" if cause.script else "—"
+        out.append(
+            f"| [{cause.id}](#{anchor(cause)}) {cause.title} | {SEVERITIES[cause.severity]} | {listed} | "
+            f"{cause.reaches} | {script} | {_correction(data, proof, findings, cause)} |"
+        )
+    out.append("")
+    for cause in findings.causes:
+        out += [f"### {cause.id}", "", f"**{cause.title}**", "", f"- **Where:** `{cause.where}`"]
+        out += [f"- **Severity:** {SEVERITIES[cause.severity]}. **Reaches:** {cause.reaches}"]
+        out += ["- **Evidence:**"] + [f"  - `{line}`" for line in cause.evidence]
+        out += [f"- **Why:** {cause.why}", f"- **Failures:** {', '.join(numbers_of(failures, cause.failures)) or '—'}"]
+        for consequence in cause.consequences:
+            listed = ", ".join(numbers_of(failures, consequence.failures))
+            out.append(f"- **Consequence:** {consequence.title}: {listed}")
+        if cause.script:
+            out.append(f"- **Reproduction:** `python {cause.script}`")
+        if cause.correction:
+            out.append(f"- **Correction:** {cause.correction} ({_correction(data, proof, findings, cause)})")
+        out.append("")
+    out += ["## By design or outside the contract", ""]
+    for reason in findings.reasons:
+        out += [f"### {reason.id}", "", f"**{reason.title}**", "", reason.why, ""]
+        out += [f"Failures: {', '.join(numbers_of(failures, reason.failures))}.", ""]
+    return out
+
+
+def cause_line(findings: Findings, row: dict[str, Any], test: str, fail: dict[str, Any]) -> str:
+    """The line a failure's entry gets: what claims it, linked."""
+    item = findings.claims().get(failure_key(row, test, fail))
+    if item is None:
+        return "- **Cause:** not yet assigned"
+    if isinstance(item, Reason):
+        return f"- **By design:** [{item.id}](#{anchor(item)}), {item.title}"
+    key = failure_key(row, test, fail)
+    consequence = next((c for c in item.consequences if key in c.failures), None)
+    via = f", through: {consequence.title}" if consequence else ""
+    return f"- **Cause:** [{item.id}](#{anchor(item)}), {item.title}{via}"
+
+
+def _relative(path: str, page: str) -> str:
+    """A checkout path as a link from the page's folder."""
+    prefix = page.rpartition("/")[0] + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else path
