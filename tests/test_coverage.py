@@ -50,10 +50,11 @@ def test_pairs_are_counted_once_per_example():
 
 
 def test_the_command_records_every_example_and_names_the_thin_pairs(tmp_path):
-    """One property on the simulated group: 2 implementations x (drawn + pinned) examples, recorded."""
-    recorded = 2 * (CI_EXAMPLES + len(EDGE_CASES))
+    """One property, one implementation, on the simulated group: every drawn and pinned example, recorded."""
+    recorded = CI_EXAMPLES + len(EDGE_CASES)
     out = tmp_path / "coverage.json"
     cmd = [sys.executable, "-m", "tpargmax", "coverage", "-k", "test_token_exact", "--backend", "sim"]
+    cmd += ["--impl", "vllm_pairs"]
     proc = run([*cmd, "-n", "0", "--min", "40", "--json", str(out)])
     assert f"{recorded} examples recorded (pytest green)" in proc.stdout, proc.stdout + proc.stderr
     saved = json.loads(out.read_text())
