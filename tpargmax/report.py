@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.vllm.layer import SHM_ENV
+from properties.profiles import BACKEND_SHARE
 from tpargmax.report_page import render
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -304,7 +305,13 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
         "findings": FINDINGS,
         "command": command_line(args),
         "versions": versions(),
-        "budget": {"examples": args.examples, "backend": "gloo", "tps": [2, 4], "profile": "ci (derandomised)"},
+        "budget": {
+            "examples": args.examples,
+            "backend": "gloo",
+            "tps": [2, 4],
+            "profile": "ci (derandomised)",
+            "gloo_share": BACKEND_SHARE["gloo"],
+        },
         "classes": classes,
         "refusal": refusal,
         "rows": [],
