@@ -398,7 +398,7 @@ def report(args: argparse.Namespace) -> int:
         out.write_text(render(data), encoding="utf-8")
         if not args.render:  # a merge writes the merged JSON
             out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        log(f"wrote {out} and {out.with_suffix('.json')}")
+        log(f"wrote {out}" + ("" if args.render else f" and {out.with_suffix('.json')}"))
     else:
         sys.stdout.write(text)
     failed = any(c["outcome"] == "failed" for r in data["rows"] for c in r["cells"].values())
