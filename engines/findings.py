@@ -26,14 +26,18 @@ SEVERITIES = {
 }
 
 
+def replay_env(row: dict[str, Any]) -> str:
+    """The environment a row's replay command starts with (``TPARGMAX_VLLM_SHM=1 ``), empty if none."""
+    return "".join(f"{k}={v} " for k, v in row.get("env", {}).items())
+
+
 def failure_key(row: dict[str, Any], test: str, fail: dict[str, Any]) -> str:
     """How findings name a failure: its repro file's name behind the environment its replay needs (as the page's
     replay command reads), or the subject and property where it has none."""
     repro = fail.get("repro_file") or ""
     if not repro:
         return f"{row['name']} {test}"
-    env = "".join(f"{k}={v} " for k, v in row.get("env", {}).items())
-    return env + repro.rsplit("/", 1)[-1].removesuffix(".json")
+    return replay_env(row) + repro.rsplit("/", 1)[-1].removesuffix(".json")
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,13 @@ class Patch:
             raise ValueError(f"patch target {self.target} does not exist in this version")
         return owner, attr
 
+    def put(self) -> tuple[Any, str, Any]:
+        """The replacement in place; what it replaced, to put back: ``(owner, attr, original)``."""
+        owner, attr = self.owner()
+        original = vars(owner)[attr]
+        setattr(owner, attr, self.replacement)
+        return owner, attr, original
+
 
 @contextmanager
 def applied(patches: Iterable[Patch]) -> Iterator[None]:
@@ -128,9 +139,7 @@ def applied(patches: Iterable[Patch]) -> Iterator[None]:
     saved = []
     try:
         for patch in patches:
-            owner, attr = patch.owner()
-            saved.append((owner, attr, vars(owner)[attr]))
-            setattr(owner, attr, patch.replacement)
+            saved.append(patch.put())
         yield
     finally:
         for owner, attr, original in reversed(saved):
@@ -141,8 +150,7 @@ def install(patches: Iterable[Patch]) -> None:
     """The patches in place for good, in this process: for one that runs corrected code only (a standalone
     reproduction run with the corrections, to show that they remove what it reproduces)."""
     for patch in patches:
-        owner, attr = patch.owner()
-        setattr(owner, attr, patch.replacement)
+        patch.put()
 
 
 def corrected(fn: Callable[..., Any], patches: Iterable[Patch], name: str) -> Callable[..., Any]:

@@ -82,6 +82,11 @@ class Case:
     def _repr_pretty_(self, printer, cycle: bool) -> None:  # Hypothesis's report uses the short repr too
         printer.text(repr(self))
 
+    @property
+    def logits_vocabulary(self) -> int:
+        """L, the ids that are tokens (``0 .. L - 1``): ``logits_vocab``, or every row of the head when it is unset."""
+        return self.logits_vocab or self.vocab + self.added
+
     def __post_init__(self) -> None:
         """A case may come from someone else's file or command line: every field is checked before any use."""
         for f in fields(self):
@@ -90,7 +95,7 @@ class Case:
                 raise ValueError(f"Case field {f.name!r} must be {what}, got {shown(getattr(self, f.name))}")
         if self.specials and not self.bias:
             raise ValueError("Case field 'bias' must be True: special-value plans are planted through the bias")
-        check_vocab(self.vocab, self.added, self.padding_size, self.logits_vocab or self.vocab + self.added, self.tp)
+        check_vocab(self.vocab, self.added, self.padding_size, self.logits_vocabulary, self.tp)
         if (self.vocab + self.added + 1) * self.hidden > MAX_ELEMENTS or self.batch * self.hidden > MAX_ELEMENTS:
             raise ValueError(
                 f"Case fields 'vocab', 'added', 'batch' and 'hidden' make tensors of more than {MAX_ELEMENTS} "

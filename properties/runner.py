@@ -61,8 +61,7 @@ def prepare(case: Case, backend: str = "sim") -> Inputs:
     tp = nearest_tp(case.tp, backend)  # first: a Case checks that its tp splits its head
     if pinned:
         case = replace(case, **pinned, tp=tp)
-    logits_vocab = case.logits_vocab or case.vocab + case.added
-    if heads == "base" and logits_vocab > case.vocab:
+    if heads == "base" and case.logits_vocabulary > case.vocab:
         case = replace(case, logits_vocab=case.vocab, tp=tp)
     inputs = replace(build(replace(case, tp=tp)), backend=backend).on(device)
     coverage.observe(inputs, lambda: oracle_draft_logits(inputs))

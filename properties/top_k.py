@@ -99,7 +99,8 @@ def _close(a: torch.Tensor, b: torch.Tensor, magnitude: float = 0.0) -> bool:
 
 def _magnitude(logits: torch.Tensor) -> float:
     """The largest finite |logit| of a row, 0 if none is finite."""
-    finite = logits.float()[torch.isfinite(logits.float())]
+    x = logits.float()
+    finite = x[torch.isfinite(x)]
     return float(finite.abs().max()) if finite.numel() else 0.0
 
 

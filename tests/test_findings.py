@@ -52,7 +52,7 @@ def test_a_correction_is_proven_only_by_a_corrected_row_that_passes():
         data = {"rows": [_row("a", "failed", "r1"), _row("a (corrected)", fixed, "r1", corrects="a")]}
         keys = ("a-r1",) + (("a (corrected)-r1",) if fixed == "failed" else ())
         findings = _findings(keys)
-        assert findings_page.removes(data, _failures(data), findings, findings.causes[0]) == expected
+        assert findings_page.removes(data, _failures(data), findings.claims(), findings.causes[0]) == expected
 
 
 def test_a_failure_claimed_twice_is_an_error():

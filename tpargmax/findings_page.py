@@ -14,6 +14,7 @@ from typing import Any
 from engines.findings import SEVERITIES, Cause, Findings, Reason, failure_key
 
 Failure = tuple[str, dict[str, Any], str, dict[str, Any]]  # (number, row, test, failure), as report_page numbers them
+Claims = dict[str, Cause | Reason]  # failure key -> what claims it: Findings.claims()
 
 
 def load(data: dict[str, Any]) -> Findings | None:
@@ -36,9 +37,8 @@ def numbers_of(failures: list[Failure], keys: tuple[str, ...]) -> list[str]:
     return [number for number, row, test, fail in failures if failure_key(row, test, fail) in wanted]
 
 
-def removes(data: dict[str, Any], failures: list[Failure], findings: Findings, cause: Cause) -> tuple[list, list]:
+def removes(data: dict[str, Any], failures: list[Failure], claims: Claims, cause: Cause) -> tuple[list, list]:
     """(failures the correction removes, failures it leaves), by the corrected rows' cells."""
-    claims = findings.claims()
     corrected = {row["corrects"]: row for row in data["rows"] if row.get("corrects")}
     gone, left = [], []
     for number, row, test, fail in failures:
@@ -55,20 +55,20 @@ def removes(data: dict[str, Any], failures: list[Failure], findings: Findings, c
     return gone, left
 
 
-def _correction(data: dict[str, Any], failures: list[Failure], findings: Findings, cause: Cause) -> str:
+def _correction(data: dict[str, Any], failures: list[Failure], claims: Claims, cause: Cause) -> str:
     if not cause.correction:
         return "none yet"
-    gone, left = removes(data, failures, findings, cause)
+    gone, left = removes(data, failures, claims, cause)
     return f"removes {', '.join(gone) or 'none'}" + (f"; leaves {', '.join(left)}" if left else "")
 
 
-def section(data: dict[str, Any], failures: list[Failure], findings: Findings) -> list[str]:
+def section(data: dict[str, Any], failures: list[Failure], findings: Findings, claims: Claims) -> list[str]:
     """The root causes, as the page opens: a short table, then each cause and reason in full.  Counts and lists
     are of the original rows' failures; what the corrected rows still fail is in the correction column."""
-    claims = findings.claims()
     proof, failures = failures, [f for f in failures if not f[1].get("corrects")]
-    by_cause = sum(1 for n, r, t, f in failures if isinstance(claims.get(failure_key(r, t, f)), Cause))
-    by_reason = sum(1 for n, r, t, f in failures if isinstance(claims.get(failure_key(r, t, f)), Reason))
+    kinds = [type(claims.get(failure_key(r, t, f))) for n, r, t, f in failures]
+    by_cause, by_reason = kinds.count(Cause), kinds.count(Reason)
+    corrections = {cause.id: _correction(data, proof, claims, cause) for cause in findings.causes}
     out = [
         "## Root causes",
         "",
@@ -90,7 +90,7 @@ def section(data: dict[str, Any], failures: list[Failure], findings: Findings) -
         script = f"[{name}]({_relative(cause.script, findings.page)})" if cause.script else "—"
         out.append(
             f"| [{cause.id}](#{anchor(cause)}) {cause.title} | {SEVERITIES[cause.severity]} | {listed} | "
-            f"{cause.reaches} | {script} | {_correction(data, proof, findings, cause)} |"
+            f"{cause.reaches} | {script} | {corrections[cause.id]} |"
         )
     out.append("")
     for cause in findings.causes:
@@ -104,7 +104,7 @@ def section(data: dict[str, Any], failures: list[Failure], findings: Findings) -
         if cause.script:
             out.append(f"- **Reproduction:** `python {cause.script}`")
         if cause.correction:
-            out.append(f"- **Correction:** {cause.correction} ({_correction(data, proof, findings, cause)})")
+            out.append(f"- **Correction:** {cause.correction} ({corrections[cause.id]})")
         out.append("")
     out += ["## By design or outside the contract", ""]
     for reason in findings.reasons:
@@ -113,14 +113,14 @@ def section(data: dict[str, Any], failures: list[Failure], findings: Findings) -
     return out
 
 
-def cause_line(findings: Findings, row: dict[str, Any], test: str, fail: dict[str, Any]) -> str:
+def cause_line(claims: Claims, row: dict[str, Any], test: str, fail: dict[str, Any]) -> str:
     """The line a failure's entry gets: what claims it, linked."""
-    item = findings.claims().get(failure_key(row, test, fail))
+    key = failure_key(row, test, fail)
+    item = claims.get(key)
     if item is None:
         return "- **Cause:** not yet assigned"
     if isinstance(item, Reason):
         return f"- **By design:** [{item.id}](#{anchor(item)}), {item.title}"
-    key = failure_key(row, test, fail)
     consequence = next((c for c in item.consequences if key in c.failures), None)
     via = f", through: {consequence.title}" if consequence else ""
     return f"- **Cause:** [{item.id}](#{anchor(item)}), {item.title}{via}"

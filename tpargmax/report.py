@@ -75,6 +75,7 @@ class Run:
 FINDINGS = "engines.vllm.findings:FINDINGS"
 CORRECTED = "engines.vllm.corrected"
 CORRECTED_KIND = ", corrected"
+FIXED_ARGMAX = f"{CORRECTED}:vllm"  # a corrected top-k's top-1 is compared with the corrected argmax
 
 
 def twin(subject: Subject) -> Subject:
@@ -101,7 +102,6 @@ def static_runs() -> list[Run]:
     shm_note = "get_top_k_tokens on vLLM's shared-memory CPU communicator (TPARGMAX_VLLM_SHM=1)"
     shm = Subject("vllm_topk", layer, shm_note, name="vllm_topk (CPU SHM)", vllm=True)
     shm_env = ((SHM_ENV, "1"),)
-    fixed_argmax = twin(vllm).spec  # a corrected top-k's top-1 is compared with the corrected argmax
     return [
         Run(
             (
@@ -118,9 +118,9 @@ def static_runs() -> list[Run]:
         ),
         Run((Subject("topk_pairs", "built-in", "k (value, id) pairs per rank"),), top_k=True, argmax="vllm_pairs"),
         Run((topk, logprobs), top_k=True, argmax="vllm"),
-        Run((twin(topk), twin(logprobs)), top_k=True, argmax=fixed_argmax),
+        Run((twin(topk), twin(logprobs)), top_k=True, argmax=FIXED_ARGMAX),
         Run((shm,), top_k=True, argmax="vllm", env=shm_env),
-        Run((replace(twin(shm), spec=twin(topk).spec),), top_k=True, argmax=fixed_argmax, env=shm_env),
+        Run((twin(shm),), top_k=True, argmax=FIXED_ARGMAX, env=shm_env),
     ]
 
 
@@ -142,7 +142,7 @@ def model_runs() -> tuple[list[Run], list[dict[str, Any]], dict[str, str]]:
         if subject.label in corrected.MODELS:  # its twin runs apart: its top-1 is compared with the corrected argmax
             by_head.setdefault((*key, True), []).append(twin(subject))
     runs = [
-        Run(tuple(s), top_k=top_k, argmax=(twin(Subject("vllm", "")).spec if fixed else "vllm") if top_k else "")
+        Run(tuple(s), top_k=top_k, argmax=(FIXED_ARGMAX if fixed else "vllm") if top_k else "")
         for (top_k, _, fixed), s in by_head.items()
     ]
     subjects: dict[str, list[str]] = {}

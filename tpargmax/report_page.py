@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from engines.findings import replay_env
 from tpargmax import findings_page
 
 LABELS = {
@@ -73,7 +74,7 @@ def _share(budget: dict[str, Any]) -> str:
 
 
 def _replay(fail: dict[str, Any], row: dict[str, Any], test: str) -> str:
-    env = "".join(f"{k}={v} " for k, v in row.get("env", {}).items())
+    env = replay_env(row)
     if fail.get("repro_file"):
         return f"`{env}tpargmax repro {fail['repro_file']}`"
     return f"`{env}.venv/bin/python -m pytest properties --backend gloo {' '.join(row['option'])} -k {test}`"
@@ -83,6 +84,7 @@ def render(data: dict[str, Any]) -> str:
     """The page, from the report's JSON."""
     failures = _failures(data)
     findings = findings_page.load(data)
+    claims = findings.claims() if findings else {}
     numbers: dict[tuple[str, str], list[str]] = {}
     for number, row, test, _ in failures:
         numbers.setdefault((row["name"], test), []).append(number)
@@ -101,7 +103,7 @@ def render(data: dict[str, Any]) -> str:
         "",
     ]
     if findings:
-        out += findings_page.section(data, failures, findings)
+        out += findings_page.section(data, failures, findings, claims)
     not_run = [row for row in data["rows"] if row.get("skipped")]
     argmax = [r for r in data["rows"] if r["option"][0] == "--impl" and r["cells"]]
     top_k = [r for r in data["rows"] if r["option"][0] == "--topk-impl" and r["cells"]]
@@ -118,7 +120,7 @@ def render(data: dict[str, Any]) -> str:
         if fail.get("case"):
             out.append(f"- **Case:** `{fail['case']}`")
         out += [f"- **Replay:** {_replay(fail, row, test)}"]
-        out += [findings_page.cause_line(findings, row, test, fail)] if findings else []
+        out += [findings_page.cause_line(claims, row, test, fail)] if findings else []
         out += [f"  - {line}" for line in fail.get("details", []) if line and not line.startswith("property:")]
         out.append("")
     out += [] if findings else _upstream(failures)

@@ -126,7 +126,7 @@ def _sizes(script: templates.Script, src: Source, tp: int) -> str:
         vocab, added, logits_vocab, scale, soft_cap = (
             c.vocab,
             c.added,
-            c.logits_vocab or c.vocab + c.added,
+            c.logits_vocabulary,
             c.scale,
             c.soft_cap,
         )
