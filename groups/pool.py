@@ -59,6 +59,7 @@ class RankPool:
         self.timeout = timeout
         self.start_timeout = start_timeout
         self._started: set[str] = set()  # implementations every rank has loaded and started
+        self._closed: set[int] = set()  # ranks that closed their connection without a reply
         self._dir = tempfile.mkdtemp(prefix="tpargmax-pool-")
         key = secrets.token_bytes(16)
         self._procs: list[multiprocessing.process.BaseProcess] = []
@@ -100,7 +101,11 @@ class RankPool:
         parts = []
         for rank in missing:
             code = self._procs[rank].exitcode
-            if code is None:
+            closed = rank in self._closed and code in (None, 0)  # not a consequence of dying: its own doing
+            if closed:
+                then = ", then exited with status 0" if code == 0 else ""
+                parts.append(f"rank {rank} closed its connection without a reply{then}")
+            elif code is None:
                 parts.append(f"rank {rank} did not answer within {waited}s (hung)")
             elif code < 0:
                 parts.append(f"rank {rank} died ({signal.Signals(-code).name})")
@@ -127,7 +132,8 @@ class RankPool:
                 try:
                     replies[rank] = recv(conn)
                 except (EOFError, OSError):
-                    self._procs[rank].join(1.0)  # it died: let its exit code settle
+                    self._closed.add(rank)
+                    self._procs[rank].join(1.0)  # it died or is dying: let its exit code settle
         return replies, sorted(set(range(self.world_size)) - set(replies))
 
     def run(self, spec: str, per_rank_kwargs: list[dict[str, Any]]) -> tuple[list[Any], list[Traffic]]:
@@ -150,9 +156,10 @@ class RankPool:
             send(conn, (spec, kwargs))
         replies, missing = self._collect(timeout)
         absent = self._describe(missing, timeout)
+        lost = any(rank in self._closed or self._procs[rank].exitcode is not None for rank in missing)
         if not in_step(replies, self.world_size):
             self.close(wait=0.0)  # broken or out of step, so ranks may be stuck: the next use starts a fresh pool
-        return outcome(replies, self.world_size, f"{what}{self.backend} group", absent)
+        return outcome(replies, self.world_size, f"{what}{self.backend} group", absent, lost)
 
     def close(self, wait: float = 2.0) -> None:
         """Stop every rank process (politely for up to ``wait`` seconds, then by force); remove the rendezvous files."""

@@ -61,5 +61,8 @@ def main(rank: int, world_size: int, backend: str, store_path: str, timeout: flo
             break
         if task is None:
             break
-        send(conn, runner.run(*task))
+        try:
+            send(conn, runner.run(*task))
+        except OSError:  # the implementation closed this end of the connection: the driver names it
+            break
     dist.destroy_process_group()

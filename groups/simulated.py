@@ -25,6 +25,7 @@ from typing import TypeVar
 import torch
 
 from sharded.group import ReduceOp, Traffic
+from sharded.no_exit import guarded
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 10.0
@@ -164,7 +165,8 @@ def run_simulated(
     """Run ``rank_fn(group)`` on every rank, turn by turn; return results and groups in rank order.
 
     If a rank raises, its exception is re-raised with a note naming the rank and
-    its traceback, and its peers are stopped.  A rank that returns or calls
+    its traceback, and its peers are stopped; a rank that tries to end the process
+    (``SystemExit``, ``os._exit``) raises :class:`sharded.no_exit.ImplementationExit`.  A rank that returns or calls
     another collective while its peers wait raises :class:`RankTimeout` (as it
     would hang a real group) or :class:`CollectiveError`; so does a rank that
     runs ``timeout`` seconds without reaching a collective.
@@ -176,7 +178,8 @@ def run_simulated(
         def body() -> None:
             threading.current_thread().name = f"tp-rank-{rank}"
             try:
-                results[rank] = rank_fn(groups[rank])
+                with guarded(f"rank {rank} of {world_size}"):  # SystemExit or os._exit: an ImplementationExit
+                    results[rank] = rank_fn(groups[rank])
             except BaseException as exc:  # noqa: BLE001 - reported to the caller below
                 errors[rank] = exc  # its traceback is formatted by the driver: see below
             turn = world.turns[rank]

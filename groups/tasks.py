@@ -12,6 +12,11 @@ from typing import Any
 from groups.simulated import RankTimeout
 from sharded.group import Traffic
 from sharded.impls import Impl, load_impl
+from sharded.no_exit import ImplementationExit, guarded
+
+
+class RankLost(RankTimeout):
+    """A rank process ended, or closed its connection to the driver, before it answered a task."""
 
 
 class RemoteError(RuntimeError):
@@ -36,14 +41,15 @@ class TaskRunner:
         group = self.group
         group.traffic, group.collective_failed = Traffic(), False
         try:
-            impl = self._impls.get(spec)
-            if impl is None:
-                impl = load_impl(spec)
-                impl.start(group)
-                self._impls[spec] = impl
-            if kwargs is None:
-                return ("ok", None, group.traffic)
-            return ("ok", impl.fn(**kwargs, group=group), group.traffic)
+            with guarded(f"rank {group.rank} of {group.world_size}"):  # SystemExit or os._exit: a failure, not an end
+                impl = self._impls.get(spec)
+                if impl is None:
+                    impl = load_impl(spec)
+                    impl.start(group)
+                    self._impls[spec] = impl
+                if kwargs is None:
+                    return ("ok", None, group.traffic)
+                return ("ok", impl.fn(**kwargs, group=group), group.traffic)
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the driver
             # A failed collective is a consequence (a peer died, hung or raised), not the cause.
             why = (type(exc).__name__, isinstance(exc, ValueError), str(exc), traceback.format_exc())
@@ -56,7 +62,9 @@ def in_step(replies: dict[int, tuple], world_size: int) -> bool:
     return len(replies) == world_size and (not errors or (len(errors) == world_size and not any(e[5] for e in errors)))
 
 
-def outcome(replies: dict[int, tuple], world_size: int, label: str, absent: str) -> tuple[list[Any], list[Traffic]]:
+def outcome(
+    replies: dict[int, tuple], world_size: int, label: str, absent: str, lost: bool = False
+) -> tuple[list[Any], list[Traffic]]:
     """Outputs and traffic in rank order, or the exception that explains the failure.
 
     A rank's own exception wins over the collective failures it caused in its
@@ -64,17 +72,21 @@ def outcome(replies: dict[int, tuple], world_size: int, label: str, absent: str)
     lowest rank's error is raised.  Otherwise a collective that some rank never
     joined, because it hung, died or returned early, raises RankTimeout
     (``absent`` says why ranks gave no answer), whichever side of the timeout
-    the waiting ranks' own errors arrived on.
+    the waiting ranks' own errors arrived on: :class:`RankLost` when a silent
+    rank's process ended or closed its connection (``lost``), not a hang.
     """
     errors = {r: rep for r, rep in replies.items() if rep[0] == "error"}
     causes = {r: rep for r, rep in errors.items() if not rep[5]}
     if causes or len(errors) == world_size:
         rank = min(causes or errors)
         _, name, is_value_error, message, tb, _ = errors[rank]
-        exc = (RemoteValueError if is_value_error else RemoteError)(
-            f"rank {rank} of {world_size} raised {name}: {message}"
-        )
-        exc.remote_type = name
+        if name == ImplementationExit.__name__:  # its message names the rank and what it did
+            exc: Exception = ImplementationExit(message)
+        else:
+            exc = (RemoteValueError if is_value_error else RemoteError)(
+                f"rank {rank} of {world_size} raised {name}: {message}"
+            )
+            exc.remote_type = name
         exc.add_note(f"traceback on rank {rank}:\n{tb}")
         raise exc
     if errors or len(replies) < world_size:
@@ -84,5 +96,5 @@ def outcome(replies: dict[int, tuple], world_size: int, label: str, absent: str)
             why.append(f"rank(s) {sorted(errors)} failed in a collective waiting for the others")
         if answered:
             why.append(f"rank(s) {answered} had answered")
-        raise RankTimeout(f"{label} of {world_size}: {'; '.join(why)}")
+        raise (RankLost if lost else RankTimeout)(f"{label} of {world_size}: {'; '.join(why)}")
     return [replies[r][1] for r in range(world_size)], [replies[r][2] for r in range(world_size)]

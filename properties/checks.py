@@ -14,6 +14,7 @@ from hypothesis import event
 from hypothesis.control import currently_in_test_context
 
 from groups.simulated import RankTimeout
+from groups.tasks import RankLost
 from properties.cases import Inputs
 from properties.diagnose import (
     ImplementationHung,
@@ -21,11 +22,13 @@ from properties.diagnose import (
     fail,
     is_named_divergence,
     is_token,
+    lead_row,
     non_token_rule,
     repro_extra,
 )
 from properties.runner import backend_tps, oracle_draft_logits, oracle_tokens, run_ranks
 from sharded.impls import Impl
+from sharded.no_exit import ImplementationExit
 
 TOKEN_EXACT = "token-exact equality with the classic path"
 OUTPUT_CONTRACT = "output contract: int64 [B], identical on every rank, a token (never padding or an id >= L)"
@@ -36,14 +39,26 @@ REJECTS = "bad input is rejected with a ValueError naming the problem"
 
 
 def run_valid(impl: Impl, inputs: Inputs, prop: str, tweak: Callable | None = None) -> list[object]:
-    """Every rank's output on valid input; a hang or an exception is a failure of ``prop``."""
+    """Every rank's output on valid input; a hang, a rank that ends or an exception is a failure of ``prop``."""
     try:
         return run_ranks(impl, inputs, tweak)[0]
-    except RankTimeout as exc:
-        fail(f"hang: {exc}", [], impl, inputs, prop, kind=ImplementationHung)
+    except (RankTimeout, ImplementationExit) as exc:
+        ended(exc, impl, inputs, prop)
     except Exception as exc:  # an implementation must not raise on valid input
         notes = "".join(getattr(exc, "__notes__", [])).strip().splitlines()[-6:]
         fail(f"raised on valid input: {type(exc).__name__}: {exc}", notes, impl, inputs, prop)
+
+
+def ended(exc: RankTimeout | ImplementationExit, impl: Impl, inputs: Inputs, prop: str, on: str = "") -> None:
+    """A run that never returned: the implementation tried to end the process, a rank's process ended, or a rank
+    hung.  Each stops Hypothesis at once (:class:`ImplementationHung`): shrinking would cost a pool or a timeout
+    per try, and none of them depends on the case."""
+    what = "hang"
+    if isinstance(exc, ImplementationExit):
+        what = "tried to end the run"
+    elif isinstance(exc, RankLost):
+        what = "rank process ended"
+    fail(f"{what}{on}: {exc}", [], impl, inputs, prop, kind=ImplementationHung)
 
 
 def run_checked(impl: Impl, inputs: Inputs, prop: str, tweak: Callable | None = None) -> torch.Tensor:
@@ -70,13 +85,16 @@ def check_token_exact(impl: Impl, inputs: Inputs) -> None:
     tokens = run_checked(impl, inputs, TOKEN_EXACT)
     logits = oracle_draft_logits(inputs)
     expected = oracle_tokens(inputs, logits)
+    wrong = []
     for row in (tokens != expected).nonzero().flatten().tolist():
-        got = int(tokens[row])
-        if is_named_divergence(inputs, logits[row]) and got == int(inputs.d2t[0]):
+        if is_named_divergence(inputs, logits[row]) and int(tokens[row]) == int(inputs.d2t[0]):
             if currently_in_test_context():
                 event("named divergence: all -inf row with d2t[0] != 0")
-            continue
-        rule, lines = explain(inputs, row, got)
+        else:
+            wrong.append(row)
+    if wrong:
+        row = lead_row(tokens, expected, wrong)
+        rule, lines = explain(inputs, row, int(tokens[row]), tokens, impl)
         fail(rule, lines, impl, inputs, TOKEN_EXACT)
 
 
@@ -90,9 +108,10 @@ def check_output_contract(impl: Impl, inputs: Inputs) -> None:
 
 
 def _mismatch(impl: Impl, inputs: Inputs, tokens: torch.Tensor, rows: torch.Tensor, prop: str, why: str) -> None:
-    """Report the first row in ``rows`` where ``tokens`` break token equality, with ``why``."""
-    row = int(rows[0])
-    rule, lines = explain(inputs, row, int(tokens[row]))
+    """Report a row in ``rows`` where ``tokens`` break token equality (the first, or the first that shows rows
+    shifted), with ``why``."""
+    row = lead_row(tokens, oracle_tokens(inputs), rows.tolist())
+    rule, lines = explain(inputs, row, int(tokens[row]), tokens, impl)
     fail(f"{why}; {rule}", lines, impl, inputs, prop)
 
 
@@ -123,7 +142,7 @@ def check_tp_invariance(impl: Impl, inputs: Inputs, tps: Sequence[int] | None = 
                     bad,
                     rows,
                     TP_INVARIANCE,
-                    f"TP invariance: tokens differ between tp={inputs.tp} and tp={tp}",
+                    f"TP invariance: tokens differ between tp={min(inputs.tp, tp)} and tp={max(inputs.tp, tp)}",
                 )
 
 
@@ -202,8 +221,8 @@ def _check_rejects(impl: Impl, inputs: Inputs, bad: str) -> None:
     tweak, word, _ = BAD_INPUTS[bad]
     try:
         results, _ = run_ranks(impl, inputs, tweak)
-    except RankTimeout as exc:
-        fail(f"hang on bad input ({bad}): {exc}", [], impl, inputs, REJECTS, kind=ImplementationHung)
+    except (RankTimeout, ImplementationExit) as exc:
+        ended(exc, impl, inputs, REJECTS, f" on bad input ({bad})")
     except ValueError as exc:
         if word not in str(exc):
             fail(

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
-import torch.nn.functional as F
 
 from properties.cases import Inputs
+from properties.faults import SOFT_CAP_SKIPPED, explaining
 from properties.runner import oracle_draft_logits, oracle_tokens, run_ranks
 from sharded.layout import ShardLayout
 
-TF32_SLIP = "from a TF32 matmul"
+NAN_NOT_MAX = "NaN not treated as the maximum: the first NaN must win"
+TIE_IN_SHARD = "tie within a shard resolved to a later index"
+TIE_HIGHER_RANK = "tie across ranks resolved to the higher rank"
+TIE_BY_RANK = "tie across ranks resolved by rank, not by id: a lower rank's larger (added) id won"
+ANOTHER_ROW = "another row's token"
+NON_MAXIMAL = "chose a non-maximal logit"
 _GROUPS = {"sim": "a simulated group", "gloo": "a gloo process group", "torchrun": "the torchrun job's group"}
 
 
@@ -22,7 +27,8 @@ class PropertyFailure(AssertionError):
 
 
 class ImplementationHung(BaseException):
-    """A rank hung or a collective timed out.
+    """The run never returned: a rank hung, a collective timed out, a rank's process ended, or the implementation
+    tried to end the run.
 
     A BaseException, so that Hypothesis stops at once instead of shrinking
     through one timeout per example; pytest still reports it as a failure.
@@ -109,47 +115,6 @@ def _where(inputs: Inputs, draft_id: int, logits_row: torch.Tensor) -> str:
     return f"draft id {draft_id} on rank {owner(inputs, draft_id).rank}, logit {value_bits(logits_row[draft_id])}"
 
 
-def tf32_linear(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear`` as a TF32 matmul computes it: on CUDA, cuBLAS with TF32 allowed; elsewhere a model of it, each
-    float32 input rounded to TF32's 10 mantissa bits (to nearest, ties away, as tensor cores convert) and the
-    products summed in float32."""
-    if hidden.device.type == "cuda":
-        allowed = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = True
-        try:
-            return F.linear(hidden, weight, bias)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = allowed
-
-    def rounded(t: torch.Tensor) -> torch.Tensor:
-        bits = t.view(torch.int32)
-        return torch.where(torch.isfinite(t), ((bits + 0x1000) & ~0x1FFF).view(torch.float32), t)
-
-    return F.linear(rounded(hidden), rounded(weight), bias)
-
-
-def recompute(inputs: Inputs, row: int, dtype: torch.dtype, linear=F.linear) -> torch.Tensor:
-    """The row's token logits computed directly from the head in ``dtype`` with ``linear`` (then cap, then scale)."""
-    case, vocab = inputs.case, inputs.vocab
-    bias = None if inputs.bias is None else inputs.bias[:vocab].to(dtype)
-    logits = linear(inputs.hidden[row : row + 1].to(dtype), inputs.weight[:vocab].to(dtype), bias)[0]
-    if case.soft_cap is not None:
-        logits = torch.tanh(logits / case.soft_cap) * case.soft_cap
-    return logits * case.scale if case.scale != 1.0 else logits
-
-
-def precision_explanations(inputs: Inputs, row: int, logits: torch.Tensor) -> dict[str, int]:
-    """The first maximum of the row under precision slips an implementation might make, by slip."""
-    tiny = torch.finfo(logits.dtype).smallest_normal
-    flushed = torch.where(logits.float().abs() < tiny, torch.zeros_like(logits), logits)
-    slips = {"with subnormals flushed to zero": flushed, "computed in float64": recompute(inputs, row, torch.float64)}
-    if logits.dtype != torch.float32:
-        slips["computed in float32"] = recompute(inputs, row, torch.float32)
-    else:
-        slips[TF32_SLIP] = recompute(inputs, row, torch.float32, tf32_linear)
-    return {slip: int(torch.argmax(values)) for slip, values in slips.items()}
-
-
 def is_token(inputs: Inputs, ids: torch.Tensor) -> torch.Tensor:
     """Which of ``ids`` are tokens: below the logits vocabulary, or with d2t, some draft id's target."""
     if inputs.d2t is None:
@@ -201,9 +166,17 @@ def _misplaced_added(inputs: Inputs, logits: torch.Tensor, first: int, got: int)
     return None
 
 
-def explain(inputs: Inputs, row: int, got: int) -> tuple[str, list[str]]:
-    """The rule a wrong token ``got`` on ``row`` broke, named only when the logits prove it."""
-    case = inputs.case
+def explain(
+    inputs: Inputs, row: int, got: int, tokens: torch.Tensor | None = None, impl: object = None
+) -> tuple[str, list[str]]:
+    """The rule a wrong token ``got`` on ``row`` broke, named only when the evidence proves it (docs/checks.md:
+    Rules from evidence).  ``tokens``, the implementation's whole answer, and ``impl``, run on the row alone, show a
+    row that holds another row's token.
+
+    What the returned id is comes first, then the logits: NaN, then a fault whose model chooses exactly that id,
+    then ties by position (only between logits equal in the head's dtype), then another row's token, then what the
+    id's bits tell.
+    """
     logits = oracle_draft_logits(inputs)[row]
     first = int(torch.argmax(logits))
     targets = draft_targets(inputs)
@@ -227,27 +200,22 @@ def explain(inputs: Inputs, row: int, got: int) -> tuple[str, list[str]]:
         return rule, lines
     chosen = int(hits[0])
     lines.append(f"row {row}: got token {got} ({_where(inputs, chosen, logits)})")
-    want, have = float(logits[first]), float(logits[chosen])
-    if math.isnan(want) and not math.isnan(have):
-        return "NaN not treated as the maximum: the first NaN must win", lines
-    slips = [slip for slip, best in precision_explanations(inputs, row, logits).items() if best == chosen]
-    if slips:
-        lines.append(f"the chosen id is the first maximum of the logits {' and '.join(slips)}")
-        if slips == [TF32_SLIP]:
-            return "float32 logits from a TF32 matmul: rule 1 computes them in full float32 (TF32 off)", lines
-        return "chose a non-maximal logit", lines
-    if argmax_equal(logits[first], logits[chosen]):
-        if want == 0.0 and math.copysign(1, want) < 0 < math.copysign(1, have):
-            return "signed zero: -0.0 and +0.0 tie, and the first of them must win", lines
-        raw = oracle_draft_logits(inputs, raw=True)[row].float()
-        if case.soft_cap is not None and float(raw[chosen]) > float(raw[first]):
-            return "soft cap applied after choosing: the chosen id wins only before the cap", lines
+    if bool(torch.isnan(logits[first])):  # whatever won instead of the first NaN, a number or a later NaN
         at, mine = owner(inputs, first).rank, owner(inputs, chosen).rank
-        if at == mine:
-            return "tie within a shard resolved to a later index", lines
-        if mine > at:
-            return "tie across ranks resolved to the higher rank", lines
-        return "tie across ranks resolved by rank, not by id: a lower rank's larger (added) id won", lines
+        if bool(torch.isnan(logits[chosen])) and at != mine:  # the evidence of a rank-order merge too: say so
+            lines.append(f"the chosen id is a later NaN: rank {at} lost its NaN, or the ranks' NaNs went by rank order")
+        return NAN_NOT_MAX, lines
+    faults = list(explaining(inputs, row, chosen, tied))
+    if faults:
+        hows = " and ".join(dict.fromkeys(f.how for f in faults))
+        lines.append(f"the chosen id is the first maximum of the logits {hows}")
+        return faults[0].named, lines
+    if tied:
+        return _tie_rule(inputs, row, first, chosen), lines
+    source = None if tokens is None else row_source(inputs, row, tokens, impl)
+    if source is not None:
+        lines.append(source[1])
+        return f"{ANOTHER_ROW}: {source[0]}", lines
     as_float = torch.tensor(float(first), device="cpu")
     rounded = [str(d)[6:] for d in (torch.bfloat16, torch.float16) if as_float.to(d) == chosen]
     if rounded and abs(chosen - first) == 1:  # the id alone cannot tell these two apart
@@ -256,7 +224,73 @@ def explain(inputs: Inputs, row: int, got: int) -> tuple[str, list[str]]:
         return f"id carried in {rounded[0]}: {first} rounds to {chosen}", lines
     if abs(chosen - first) == 1:
         return f"global id off by one (draft id {first} reported as {chosen})", lines
-    return "chose a non-maximal logit", lines
+    return NON_MAXIMAL, lines
+
+
+def _tie_rule(inputs: Inputs, row: int, first: int, chosen: int) -> str:
+    """A later id chose among logits equal in the head's dtype, and no fault's model explains which: by position."""
+    raw = oracle_draft_logits(inputs, raw=True)[row].float()
+    if inputs.case.soft_cap is not None and float(raw[chosen]) > float(raw[first]):
+        return SOFT_CAP_SKIPPED
+    at, mine = owner(inputs, first).rank, owner(inputs, chosen).rank
+    if at == mine:
+        return TIE_IN_SHARD
+    return TIE_HIGHER_RANK if mine > at else TIE_BY_RANK
+
+
+def lead_row(tokens: torch.Tensor, expected: torch.Tensor, rows: list[int]) -> int:
+    """The row of ``rows`` (wrong ones) to explain: the first, unless a later one shows the batch's rows shifted
+    (the first may hold a padding row's answer, which is no row's token)."""
+    shifts = _shifts(tokens.tolist(), expected.tolist())
+    return next((row for row in rows for s, lo, hi in shifts if lo <= row < hi), rows[0])
+
+
+def _shifts(tokens: list[int], expected: list[int]) -> list[tuple[int, int, int]]:
+    """``(s, lo, hi)`` for each shift ``s != 0``, smallest first, with ``tokens[i] == expected[i + s]`` for every
+    row ``lo <= i < hi`` that has a row ``i + s``."""
+    batch = len(expected)
+    found = []
+    for s in sorted(range(1 - batch, batch), key=lambda s: (abs(s), s)):
+        lo, hi = max(0, -s), min(batch, batch - s)
+        if s and tokens[lo:hi] == expected[lo + s : hi + s]:
+            found.append((s, lo, hi))
+    return found
+
+
+def row_source(inputs: Inputs, row: int, tokens: torch.Tensor, impl: object = None) -> tuple[str, str] | None:
+    """(rule detail, evidence) when wrong ``row`` holds the answer of another row, None otherwise.
+
+    The whole batch can show it: a shift ``s`` with ``tokens[i] == expected[i + s]`` on every row ``i`` that has a
+    row ``i + s`` (rows shifted), or every row's answer in another order (rows swapped).  Otherwise ``impl`` run on
+    the row alone can: right alone, wrong in the batch, with another row's token or the token of an all-zero hidden
+    state (a row a batch was padded with)."""
+    got, want = tokens.tolist(), oracle_tokens(inputs).tolist()
+    for s, lo, hi in _shifts(got, want):
+        if lo <= row < hi:
+            side = "after" if s > 0 else "before"
+            covered = f"every row from {lo} to {hi - 1} holds the token of the row {abs(s)} {side} it"
+            return f"rows shifted by {s}: row {row} holds row {row + s}'s token", covered
+    if sorted(got) == sorted(want):
+        evidence = "the batch holds every row's token, in another order"
+        return f"rows swapped: row {row} holds row {want.index(got[row])}'s token", evidence
+    others = [i for i, token in enumerate(want) if token == got[row] and i != row]
+    zero = replace(inputs.with_rows([row]), hidden=torch.zeros_like(inputs.hidden[row : row + 1]))
+    padding = not others and got[row] == int(oracle_tokens(zero)[0])
+    if impl is None or not (others or padding) or _alone(impl, inputs, row) != want[row]:
+        return None
+    evidence = f"row {row} alone gives token {want[row]}"
+    if others:
+        return f"row {row} holds row {others[0]}'s token", evidence
+    return f"row {row} holds the token of an all-zero hidden state, a row the batch was padded with", evidence
+
+
+def _alone(impl: object, inputs: Inputs, row: int) -> int | None:
+    """The implementation's token for ``row`` run as a batch of its own; None if it gives none."""
+    try:
+        out = run_ranks(impl, inputs.with_rows([row]))[0][0]
+        return int(out[0]) if isinstance(out, torch.Tensor) and out.shape == (1,) else None
+    except Exception:  # noqa: BLE001 - no answer is no evidence
+        return None
 
 
 def argmax_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

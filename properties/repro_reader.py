@@ -37,19 +37,26 @@ TEXT_FIELDS = ("property", "rule", "impl", "backend", "case")  # printed by repl
 RECORD_FIELDS = {**dict.fromkeys(TEXT_FIELDS, str), "case_fields": dict, "target_vocab": int, "applied": list}
 
 
-def read_record(path: Path) -> tuple[dict[str, Any], Inputs]:
-    """The record at ``path`` and the inputs it holds; ``ValueError`` (one line) or ``OSError`` if damaged."""
+def read_json(path: Path, limit: int, what: str) -> dict[str, Any]:
+    """The JSON object in the file at ``path`` (``what`` it should be, for messages); ``ValueError`` (one line) if
+    it is larger than ``limit`` bytes, not UTF-8, not JSON or not an object, ``OSError`` if unreadable."""
     size = path.stat().st_size
-    if size > MAX_RECORD_BYTES:
-        raise ValueError(f"{size} bytes: a repro record is at most {MAX_RECORD_BYTES}")
+    if size > limit:
+        raise ValueError(f"{size} bytes: {what} is at most {limit}")
     try:
         record = json.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError:
-        raise ValueError("not UTF-8 text, so not a repro record") from None
+        raise ValueError(f"not UTF-8 text, so not {what}") from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, or an integer of more digits than Python reads
         raise ValueError(f"not JSON ({exc})") from None
     if not isinstance(record, dict):
-        raise ValueError(f"not a repro record: expected a JSON object, got {type(record).__name__}")
+        raise ValueError(f"not {what}: expected a JSON object, got {type(record).__name__}")
+    return record
+
+
+def read_record(path: Path) -> tuple[dict[str, Any], Inputs]:
+    """The record at ``path`` and the inputs it holds; ``ValueError`` (one line) or ``OSError`` if damaged."""
+    record = read_json(path, MAX_RECORD_BYTES, "a repro record")
     if record.get("format") not in (FORMAT, *OLD_FORMATS):
         raise ValueError(f"not a {FORMAT} file (format {shown(record.get('format'))})")
     _check_fields(record)
@@ -102,9 +109,13 @@ def _check_fields(record: dict[str, Any]) -> None:
         raise ValueError(f"the field 'created' must be a string, got {shown(record['created'])}")
 
 
+def one_line(value: object) -> bool:
+    """Text fit to print: one printable line, so a received file cannot write to the terminal as it likes."""
+    return isinstance(value, str) and value.isprintable() and len(value) <= 4096
+
+
 def _check_text(name: str, value: object) -> None:
-    """Text that replay prints: one printable line, so a record cannot write to the terminal as it likes."""
-    if not isinstance(value, str) or not value.isprintable() or len(value) > 4096:
+    if not one_line(value):
         raise ValueError(f"the field {name!r} must be one printable line of text, got {shown(value)}")
 
 

@@ -23,7 +23,7 @@ from properties.diagnose import (
     repro_extra,
     value_bits,
 )
-from properties.runner import oracle_draft_logits, oracle_top_k
+from properties.runner import oracle_draft_logits, oracle_tokens, oracle_top_k
 from sharded.impls import Impl
 
 TOP_K_EXACT = "top-k exactness: the classic top-k's ids, in order, and their logits bit for bit"
@@ -187,11 +187,16 @@ def check_top1_is_argmax(topk_impl: Impl, argmax_impl: Impl, inputs: Inputs, k: 
         ids, _ = run_top_k(topk_impl, inputs, k, TOP_K_TOP1)
         tokens = run_checked(argmax_impl, inputs, TOP_K_TOP1)
         logits = oracle_draft_logits(inputs)
+        classic = oracle_tokens(inputs, logits)
         for row in (ids[:, 0] != tokens).nonzero().flatten().tolist():
             if is_named_divergence(inputs, logits[row]) and int(tokens[row]) == 0:
                 continue  # the argmax implementation took the classic path's side of the divergence
+            which = ""  # the top-k is off the classic path: the argmax implementation is not
+            if int(tokens[row]) != int(classic[row]):
+                right = int(ids[row, 0]) == int(classic[row])
+                which = ", whose token is not the classic path's" if right else ", and neither is the classic path's"
             fail(
-                f"top-1 differs from the argmax implementation {argmax_impl}",
+                f"top-1 differs from the argmax implementation {argmax_impl}{which}",
                 [f"row {row}: top-k slot 0 is {int(ids[row, 0])}, argmax is {int(tokens[row])}"],
                 topk_impl,
                 inputs,

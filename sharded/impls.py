@@ -10,6 +10,7 @@ import torch
 
 from sharded.local_argmax import BUILTINS as ARGMAX_BUILTINS
 from sharded.local_top_k import TOPK_BUILTINS
+from sharded.no_exit import ImplementationExit, guarded
 
 BUILTINS = {**ARGMAX_BUILTINS, **TOPK_BUILTINS}
 # Built-ins that live above this package (engines/) are named by MODULE:ATTR and imported only when asked for, so
@@ -34,6 +35,14 @@ MOVED = {
     "sharded.vllm_layer": "engines.vllm.layer",
     "sharded.engine_variants": "engines.variants",
 }
+
+# The project's own modules of implementations under test.  A repro file names the implementation it recorded;
+# replaying it imports that name only if it is a built-in or a public callable of one of these (``shipped``), since
+# a file received with a module beside it would otherwise run that module.  Anything else needs the user's word.
+SHIPPED_MODULES = frozenset(
+    {"tests.broken", "tests.broken_top_k", "engines.variants", "engines.sglang", "engines.vllm.layer"}
+    | {"engines.vllm.models", "engines.vllm.corrected", *MOVED}
+)
 
 IMPL_ENV = "TPARGMAX_IMPL"
 TOPK_IMPL_ENV = "TPARGMAX_TOPK_IMPL"
@@ -82,6 +91,14 @@ def why_unavailable(name: str) -> str | None:
     return _attr(OPTIONAL[name][1])()
 
 
+def shipped(spec: str) -> bool:
+    """Whether ``spec`` is a built-in name or names a public callable of a module the project ships."""
+    if spec in BUILTINS or spec in ENGINE_BUILTINS or spec in OPTIONAL:
+        return True
+    module, sep, attr = spec.partition(":")
+    return bool(sep) and module in SHIPPED_MODULES and bool(attr) and not attr.startswith("_")
+
+
 def load_impl(spec: str) -> Impl:
     """A built-in short name (``vllm_pairs``, ``packed_key``, ``topk_pairs``, ...) or ``package.module:attr``."""
     if spec in BUILTINS:
@@ -98,9 +115,12 @@ def load_impl(spec: str) -> Impl:
         names = sorted({*BUILTINS, *ENGINE_BUILTINS, *OPTIONAL})
         raise ValueError(f"--impl {spec!r}: use a built-in name {names} or MODULE:ATTR")
     try:
-        fn = getattr(importlib.import_module(MOVED.get(module, module)), attr)
-    except (ImportError, AttributeError) as exc:
+        with guarded(f"importing {module}"):  # a module that exits on import is refused, not obeyed
+            fn = getattr(importlib.import_module(MOVED.get(module, module)), attr)
+    except (ImportError, AttributeError, ImplementationExit) as exc:
         raise ValueError(f"--impl {spec!r}: cannot load it: {exc}") from exc
+    except Exception as exc:  # whatever the module raises as it is imported
+        raise ValueError(f"--impl {spec!r}: cannot load it: {type(exc).__name__}: {exc}") from exc
     if not callable(fn):
         raise ValueError(f"--impl {spec!r}: {attr} is not callable")
     return Impl(spec, fn)

@@ -15,8 +15,8 @@ from collections import Counter
 import torch
 
 from groups.torch_group import TorchGroup
-from properties.diagnose import tf32_linear
-from reference.checks import check_d2t, check_scale
+from properties.faults import tf32_linear
+from reference.checks import check_d2t, check_float_ids, check_scale
 from reference.logits import head_logits
 from sharded.keys import decode_ids, encode_keys
 from sharded.local_argmax import (
@@ -25,10 +25,10 @@ from sharded.local_argmax import (
     map_d2t,
     packed_key,
     pick_pairs,
+    reduce_pairs,
     token_logits,
     vllm_pairs,
 )
-from sharded.local_top_k import local_top_k, merge_pairs, topk_pairs
 
 
 def _map_any(ids, d2t, layout):
@@ -180,7 +180,7 @@ def logits_in_float64(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None,
 def tf32_matmul(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
     """float32 logits from a TF32 matmul (``torch.backends.cuda.matmul.allow_tf32``): rule 1's GPU trap.
 
-    On CUDA, cuBLAS's own TF32; on the CPU, ``properties.diagnose.tf32_linear``'s model of it.
+    On CUDA, cuBLAS's own TF32; on the CPU, ``properties.faults.tf32_linear``'s model of it.
     """
     checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)  # validation only
     if hidden.dtype != torch.float32:  # TF32 changes float32 matmuls only
@@ -216,6 +216,53 @@ def inf_ties_by_rank(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, 
     by_rank = gathered[..., 1].gather(0, inf.int().argmax(dim=0).unsqueeze(0)).squeeze(0).long()
     at_inf = inf.any(0) & ~gathered[..., 0].isnan().any(0)
     return map_d2t(torch.where(at_inf, by_rank, best), d2t, layout)
+
+
+def cap_base_rows_only(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """Applies the soft cap and the scale to the base rows only: the added rows (LoRA vocabulary) keep their raw
+    logits, so an added id can win on a value the classic path never computes."""
+    capped = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
+    raw = head_logits(hidden, weight, bias)
+    logits = torch.cat([capped[:, : layout.added_row], raw[:, layout.added_row :]], dim=1)
+    return map_d2t(reduce_pairs(logits, layout, group), d2t, layout)
+
+
+NAN_BLOCK = 8
+
+
+def nan_lost_in_blocks(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """Reduces each shard in blocks of columns (as a GPU kernel does), keeping a later block's maximum only if it is
+    larger: a NaN in a later block never is, so it loses to an earlier block's number."""
+    values, ids = token_logits(checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap), layout)
+    if not ids.numel():
+        return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+    check_float_ids(layout.padded_vocab)
+    blocks = -(-ids.numel() // NAN_BLOCK)
+    padded = values.new_full((values.shape[0], blocks * NAN_BLOCK), float("-inf"))
+    padded[:, : ids.numel()] = values
+    best, at = padded.view(-1, blocks, NAN_BLOCK).max(dim=-1)  # within a block, torch's max: the first NaN wins
+    # block after block, a later maximum replaces the kept one only if it is larger, which a NaN never is
+    block = torch.where(best[:, 0].isnan(), 0, best.nan_to_num(nan=float("-inf")).argmax(dim=-1))
+    index = block * NAN_BLOCK + at.gather(1, block.unsqueeze(1)).squeeze(1)
+    value = best.gather(1, block.unsqueeze(1)).squeeze(1)
+    return map_d2t(pick_pairs(value, ids[index], group), d2t, layout)
+
+
+def rows_shifted_by_padding(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """Pads the batch with zero rows to a power of two (a captured graph's size) and slices the answer from the
+    wrong end: row i answers with padded row i + padding, a later row's token or a padding row's."""
+    extra = (1 << (hidden.shape[0] - 1).bit_length()) - hidden.shape[0]
+    padded = torch.cat([hidden, hidden.new_zeros(extra, hidden.shape[1])])
+    tokens = vllm_pairs(padded, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+    return tokens[extra:]
+
+
+def fused_fp32_epilogue(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """A fused epilogue: a 16-bit head's logits, soft cap and scale computed in float32 and reduced as they are,
+    never rounded to the head's dtype, so values that tie in bfloat16 no longer do."""
+    checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)  # validation only
+    logits = head_logits(hidden.float(), weight.float(), None if bias is None else bias.float(), scale, soft_cap)
+    return map_d2t(reduce_pairs(logits, layout, group), d2t, layout)
 
 
 def scale_sign_ignored(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
@@ -263,98 +310,3 @@ def rank_one_dies(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t
             raise RuntimeError("rank_one_dies kills its process: run it on a process group, not the simulated one")
         os.kill(os.getpid(), signal.SIGKILL)
     return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
-
-
-# Broken top-k implementations (the contract adds ``k`` and returns ``(ids, values)``).
-
-
-def _topk_candidates(hidden, weight, bias, layout, k, scale, soft_cap):
-    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
-    return logits, local_top_k(*token_logits(logits, layout), k)
-
-
-def topk_merge_by_rank(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
-    """Merges by value alone, stable in reverse rank order: ties go to the higher rank, not the smaller id."""
-    _, (values, ids) = _topk_candidates(hidden, weight, bias, layout, k, scale, soft_cap)
-    gathered = group.all_gather(torch.stack([values.float(), ids.float()], dim=-1)).flip(0)  # [tp, B, k, 2]
-    cand = gathered.permute(1, 0, 2, 3).reshape(values.shape[0], -1, 2)
-    keys = encode_keys(cand[..., 0], torch.zeros_like(cand[..., 1], dtype=torch.int64))
-    keys = keys.masked_fill(cand[..., 1] < 0, torch.iinfo(torch.int64).min)
-    order = keys.sort(dim=1, descending=True, stable=True).indices[:, :k]
-    return map_d2t(cand[..., 1].gather(1, order).long(), d2t, layout), cand[..., 0].gather(1, order).to(values.dtype)
-
-
-def topk_ties_by_target_id(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
-    """Maps each rank's candidates through d2t before the merge, so equal values come in ascending target id:
-    the classic order, but a rank's own top k were still chosen by draft id, and its top-1 is not the argmax's."""
-    _, (values, ids) = _topk_candidates(hidden, weight, bias, layout, k, scale, soft_cap)
-    if d2t is not None:
-        ids = torch.where(ids >= 0, map_d2t(ids.clamp(min=0), d2t, layout), ids)
-    values, top = merge_pairs(values, ids, k, group)
-    return top, values
-
-
-def topk_padding_fills_short_rank(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
-    """A rank with fewer than k tokens fills its slots with the rows that follow, padding included."""
-    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
-    rows, ids = layout.token_rows(logits.device), layout.token_ids(logits.device)
-    if rows.numel() < k:
-        spare = [r for r in range(layout.size) if r not in set(rows.tolist())][: k - rows.numel()]
-        spare = torch.tensor(spare, dtype=torch.int64, device=logits.device)
-        rows, ids = torch.cat([rows, spare]), torch.cat([ids, _by_position(layout, spare)])
-    values, top = merge_pairs(*local_top_k(logits[:, rows], ids, k), k, group)
-    return _map_any(top, d2t, layout) if d2t is not None else top, values
-
-
-def topk_scale_applied_twice(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
-    """Selects right, but scales the returned values again (values are computed apart from the ids)."""
-    ids, values = topk_pairs(hidden, weight, bias, layout, k=k, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
-    return ids, values * scale if scale != 1.0 else values
-
-
-def topk_ids_int32(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
-    ids, values = topk_pairs(hidden, weight, bias, layout, k=k, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
-    return ids.int(), values
-
-
-def topk_two_gathers(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
-    """Right answer, but values and ids travel in two all-gathers (vLLM's way): one collective is the design."""
-    _, (values, ids) = _topk_candidates(hidden, weight, bias, layout, k, scale, soft_cap)
-    group.all_gather(ids)  # the second collective; the merge below uses the pairs
-    values, top = merge_pairs(values, ids, k, group)
-    return map_d2t(top, d2t, layout), values
-
-
-_topk_calls: Counter[str] = Counter()
-
-
-def topk_alternating(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
-    """Every other call on a rank merges ties toward the higher rank."""
-    _topk_calls[threading.current_thread().name] += 1
-    impl = topk_merge_by_rank if _topk_calls[threading.current_thread().name] % 2 else topk_pairs
-    return impl(hidden, weight, bias, layout, k=k, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
-
-
-def topk_k_clamped(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
-    """Silently returns fewer ids when k exceeds the logits vocabulary."""
-    k = min(k, layout.vocab)
-    return topk_pairs(hidden, weight, bias, layout, k=k, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
-
-
-def _top_k_log_probs(hidden, weight, bias, layout, *, k, scale, soft_cap, d2t, group, scaled: bool):
-    """The top k with log-probabilities as values: the log-partition over every rank's tokens, from the logits
-    after soft cap and scale (``scaled``) or before them."""
-    ids, values = topk_pairs(hidden, weight, bias, layout, k=k, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
-    logits = checked_shard_logits(hidden, weight, bias, layout, scale if scaled else 1.0, soft_cap if scaled else None)
-    partition = torch.logsumexp(group.all_gather(torch.logsumexp(token_logits(logits, layout)[0].float(), -1)), 0)
-    return ids, values.float() - partition.unsqueeze(-1)
-
-
-def topk_log_probs_unscaled_partition(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
-    """Log-probabilities whose partition skips the soft cap and scale that the selected values went through."""
-    return _top_k_log_probs(
-        hidden, weight, bias, layout, k=k, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group, scaled=False
-    )
-
-
-topk_log_probs_unscaled_partition.values = "log_probs"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import subprocess
@@ -53,12 +54,20 @@ FIND_ONLY = settings(
 )
 
 
+BROKEN = ("tests.broken", "tests.broken_top_k")  # the deliberately broken implementations, argmax and top-k
+
+
+def broken_spec(name: str) -> str:
+    """``MODULE:name`` for a broken implementation named by itself."""
+    return next(f"{m}:{name}" for m in BROKEN if hasattr(importlib.import_module(m), name))
+
+
 def failure(prop, impl: str | Impl, budget: settings = FIND_ONLY) -> str:
-    """Run ``prop`` as the suite would, on the simulated group, against ``impl`` (a ``tests.broken`` name, a
+    """Run ``prop`` as the suite would, on the simulated group, against ``impl`` (a broken implementation's name, a
     spec or an :class:`Impl`); the message it failed with, or ''."""
-    broken = impl if isinstance(impl, Impl) else load_impl(impl if ":" in impl else f"tests.broken:{impl}")
-    given = {"impl": broken, "backend": "sim"}
-    if "topk_impl" in inspect.signature(prop).parameters:  # a top-k property: the argmax side is correct
+    broken = impl if isinstance(impl, Impl) else load_impl(impl if ":" in impl else broken_spec(impl))
+    given = {"impl": broken, "backend": "sim", "topk_impl": load_impl("topk_pairs")}
+    if "k" in inspect.signature(broken.fn).parameters:  # a top-k implementation: the argmax side is correct
         given.update(topk_impl=broken, impl=load_impl("vllm_pairs"))
     given["request"] = SimpleNamespace(node=SimpleNamespace(user_properties=[]))  # the d2t findings' sink
     try:
@@ -67,3 +76,16 @@ def failure(prop, impl: str | Impl, budget: settings = FIND_ONLY) -> str:
     except (AssertionError, ImplementationHung) as exc:
         return str(exc)
     return ""
+
+
+def verdicts(stdout: str, files: list) -> dict[str, str]:
+    """What ``tpargmax repro`` said of each file in its output: the rule it still fails with (``[...]``) or
+    ``fixed``; a file it said nothing of is missing."""
+    said, current = {}, None
+    for line in stdout.splitlines():
+        current = next((str(f) for f in files if line.startswith(f"{f}: ")), current)
+        if current and line.startswith("  STILL FAILING: "):
+            said[current] = line.removeprefix("  STILL FAILING: ")
+        elif current and line.startswith("  fixed: "):
+            said[current] = "fixed"
+    return said

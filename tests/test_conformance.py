@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from engines.vllm.layer import INSTALL_HINT, vllm_available
+from engines.vllm.layer import INSTALL_HINT, SHM_ENV, shm_unavailable, vllm_available
 from properties import repro
+from tests.suite import verdicts
 from tpargmax.report_page import render
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,21 +55,33 @@ def test_every_failure_with_a_case_has_its_repro_file():
         assert repr(inputs.case) == fail["case"]
 
 
-@pytest.mark.skipif(not vllm_available(), reason=INSTALL_HINT)
-def test_vllm_failures_still_fail_on_replay():
+def replay_groups() -> dict[tuple, list[str]]:
+    """The vLLM failures' repro files by the environment their replay needs (the rows' ``env``)."""
     by_env: dict[tuple, set[str]] = {}
     for row, fail in failures("vLLM"):
         if fail["repro_file"]:
             by_env.setdefault(tuple(sorted(row["env"].items())), set()).add(fail["repro_file"])
-    assert by_env, "the page names no vLLM failure with a repro file"
-    for env, files in by_env.items():
-        out = subprocess.run(
-            [sys.executable, "-m", "tpargmax", "repro", *sorted(files), "--collective-timeout", "60"],
-            cwd=ROOT,
-            env={**os.environ, **dict(env)},
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]
-        assert out.stdout.count("STILL FAILING") == len(files), out.stdout[-3000:]
+    return {env: sorted(files) for env, files in by_env.items()}
+
+
+GROUPS = replay_groups()
+
+
+@pytest.mark.skipif(not vllm_available(), reason=INSTALL_HINT)
+@pytest.mark.parametrize("env", sorted(GROUPS), ids=lambda env: " ".join(f"{k}={v}" for k, v in env) or "plain")
+def test_vllm_failures_still_fail_on_replay_with_the_rule_they_recorded(env):
+    if dict(env).get(SHM_ENV) == "1" and shm_unavailable():
+        pytest.skip(shm_unavailable())
+    files = GROUPS[env]
+    out = subprocess.run(
+        [sys.executable, "-m", "tpargmax", "repro", *files, "--collective-timeout", "60"],
+        cwd=ROOT,
+        env={**os.environ, **dict(env)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]
+    said = verdicts(out.stdout, files)
+    recorded = {f: f"[{json.loads((ROOT / f).read_text())['rule']}]" for f in files}
+    assert said == recorded, {f: (said.get(f), rule) for f, rule in recorded.items() if said.get(f) != rule}

@@ -32,7 +32,7 @@ from properties.checks import TOKEN_EXACT
 from properties.replay import main as replay_main
 from sharded.impls import Impl, load_impl
 from sharded.local_argmax import packed_key
-from tests.suite import FIND_ONLY, failure
+from tests.suite import FIND_ONLY, broken_spec, failure
 from tests.test_options import Options
 from tpargmax.cli import main as tpargmax
 
@@ -105,14 +105,18 @@ def test_no_tensor_is_made_on_an_implied_device_in_top_k(prop):
         (eq.test_token_exact, "added_padding_unmasked", "[added padding returned: "),
         (eq.test_token_exact, "d2t_skipped", "[d2t mapping skipped"),
         (eq.test_token_exact, "ids_in_bf16", "id carried in bfloat16"),
-        (eq.test_token_exact, "softcap_after_choosing", "[soft cap applied after choosing"),
+        (eq.test_token_exact, "softcap_after_choosing", "[soft cap not applied before choosing"),
+        (eq.test_token_exact, "key_without_zero_canon", "[signed zero"),
+        (eq.test_token_exact, "cap_base_rows_only", "[cap or scale not applied to the added rows"),
+        (eq.test_token_exact, "rows_shifted_by_padding", "[another row's token: "),
+        (eq.test_token_exact, "fused_fp32_epilogue", "[logits not rounded to the head's dtype"),
         (top_k.test_top_k_exact, "topk_merge_by_rank", "[top-k tie order: equal logits must come in ascending id]"),
     ],
 )
 def test_a_diagnosis_makes_no_tensor_on_an_implied_device(prop, name, words):
     """A wrong token is explained from the oracle's logits: that code runs on the device too."""
     with IMPLIED:
-        message = failure(prop, implied_meta(load_impl(f"tests.broken:{name}")), FIND_ONLY)
+        message = failure(prop, implied_meta(load_impl(broken_spec(name))), FIND_ONLY)
     assert words in message, message
 
 

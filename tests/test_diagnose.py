@@ -1,7 +1,7 @@
 """Rules are named from evidence: each hand-built row below invites a wrong attribution, and must not get it.
 
-The shipped broken implementations here return the id next to the expected
-one, or a zero of the other sign, for a reason other than an id bug.
+The broken implementations here return the id next to the expected one, a zero of the other sign, a later NaN
+or another row's token, each for a reason the rule must name, and no other.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from properties import diagnose, faults
 from properties.case_tensors import build
 from properties.cases import Case
 from properties.checks import check_token_exact, check_tp_invariance
@@ -33,10 +34,14 @@ def row_of_logits(values: list[float], scale: float = 1.0):
     )
 
 
-def rule(impl: str, inputs) -> str:
+def message(impl: str | Impl, inputs) -> str:
     with pytest.raises(PropertyFailure) as failure:
-        check_token_exact(load_impl(f"tests.broken:{impl}"), inputs)
-    return str(failure.value).splitlines()[0]
+        check_token_exact(impl if isinstance(impl, Impl) else load_impl(f"tests.broken:{impl}"), inputs)
+    return str(failure.value)
+
+
+def rule(impl: str | Impl, inputs) -> str:
+    return message(impl, inputs).splitlines()[0]
 
 
 def test_a_skipped_nan_next_to_the_winner_is_a_nan_fault_not_an_off_by_one():
@@ -47,16 +52,25 @@ def test_a_skipped_nan_next_to_the_winner_is_a_nan_fault_not_an_off_by_one():
 
 def test_a_flushed_subnormal_next_to_the_winner_is_not_an_off_by_one():
     got = rule("subnormals_flushed", row_of_logits([-5.0, 0.0, 2 * TINY, -5.0]))
-    assert got == "[chose a non-maximal logit]"
+    assert got == f"[{faults.SUBNORMALS}]"
 
 
-def test_zeros_of_both_signs_that_differ_before_rounding_are_not_called_signed_zero():
-    # -tiny and +tiny round to -0.0 and +0.0 under the scale of 0.5; in float64 they stay apart
+def test_signed_zeros_are_the_signed_zero_rule_whatever_else_fits_too():
+    """-tiny and +tiny round to -0.0 and +0.0 under the scale of 0.5: equal in the head's dtype, so a tie, and the
+    zero rule is the most specific one that explains the choice (float64 logits would choose the same id: the
+    message says so)."""
     inputs = row_of_logits([-5.0, -TINY, TINY, -5.0], scale=0.5)
-    assert rule("logits_in_float64", inputs) == "[chose a non-maximal logit]"
-    assert rule("key_without_zero_canon", inputs) == "[chose a non-maximal logit]"  # the same evidence
-    genuine = row_of_logits([-5.0, -TINY, 0.0, TINY], scale=0.5)  # a +0.0 that is zero before rounding too
-    assert rule("key_without_zero_canon", genuine) == "[signed zero: -0.0 and +0.0 tie, and the first of them must win]"
+    assert rule("key_without_zero_canon", inputs) == f"[{faults.SIGNED_ZERO}]"
+    assert rule("logits_in_float64", inputs) == f"[{faults.SIGNED_ZERO}]"  # the same evidence, the same rule
+    assert "with -0.0 ordered below +0.0 and computed in float64" in message("logits_in_float64", inputs)
+
+
+def test_the_zero_rule_is_named_only_where_it_chooses_the_id():
+    """A genuine +0.0 before a rounded +tiny: the key orders -0.0 below +0.0 and takes the first +0.0; float64
+    logits take the +tiny.  Each gets its own rule."""
+    inputs = row_of_logits([-5.0, -TINY, 0.0, TINY], scale=0.5)
+    assert rule("key_without_zero_canon", inputs) == f"[{faults.SIGNED_ZERO}]"
+    assert rule("logits_in_float64", inputs) == f"[{faults.NOT_ROUNDED}: computed in float64]"
 
 
 def test_an_off_by_one_is_named_when_nothing_else_explains_it():
@@ -65,17 +79,58 @@ def test_an_off_by_one_is_named_when_nothing_else_explains_it():
     )
 
 
-def test_an_unproven_rule_prints_both_values_with_their_bits():
-    message = str(
-        pytest.raises(
-            PropertyFailure,
-            check_token_exact,
-            load_impl("tests.broken:subnormals_flushed"),
-            row_of_logits([-5.0, 0.0, 2 * TINY, -5.0]),
-        ).value
+def test_a_rule_prints_both_values_with_their_bits():
+    text = message("subnormals_flushed", row_of_logits([-5.0, 0.0, 2 * TINY, -5.0]))
+    assert "logit 2.802596928649634e-45 (bits 0x00000002)" in text and "logit 0.0 (bits 0x00000000)" in text
+    assert "the chosen id is the first maximum of the logits with subnormals flushed to zero" in text
+
+
+def test_a_nan_that_loses_to_a_later_nan_is_a_nan_fault_not_a_rank_tie():
+    """A shard reduced in blocks lets rank 0's NaN (in its second block) lose to its first block's number; rank 1's
+    NaN then wins across ranks.  Two NaNs, the higher rank's chosen: the NaN rule is the one broken."""
+    values = [0.0] * 32
+    values[0], values[9], values[17] = 5.0, NAN, NAN
+    assert rule("nan_lost_in_blocks", row_of_logits(values)) == f"[{diagnose.NAN_NOT_MAX}]"
+
+
+def rolled(**kwargs):
+    """Each row answers with the next row's token."""
+    return torch.roll(load_impl("vllm_pairs").fn(**kwargs), -1)
+
+
+def test_a_row_holding_another_rows_token_is_not_an_off_by_one():
+    """Row 0 expects id 2 and row 1 id 3; row 0 gets 3, which is 2 + 1, and is row 1's token."""
+    case = Case(batch=2, hidden=3, vocab=8, tp=2, padding_size=8, bias=True)
+    inputs = replace(
+        build(case),
+        hidden=torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 1.0]]),
+        weight=torch.zeros(8, 3).index_put_((torch.tensor([3]), torch.tensor([2])), torch.tensor(100.0)),
+        bias=torch.tensor([0.0, 0.0, 9.0, 1.0, 0.0, 0.0, 0.0, 0.0]),
     )
-    assert "logit 2.802596928649634e-45 (bits 0x00000002)" in message and "logit 0.0 (bits 0x00000000)" in message
-    assert "the chosen id is the first maximum of the logits with subnormals flushed to zero" in message
+    got = rule(Impl("tests.test_diagnose:rolled", rolled), inputs)
+    assert got == f"[{diagnose.ANOTHER_ROW}: rows shifted by 1: row 0 holds row 1's token]"
+
+
+def test_an_uncapped_added_id_is_named_for_the_cap():
+    """Base id 2's logit 10 caps to 1.99982; added id 4's 1.9999 would cap to 1.523, but left uncapped it wins."""
+    case = Case(batch=1, hidden=3, vocab=4, tp=1, added=2, padding_size=6, bias=True, soft_cap=2.0)
+    inputs = replace(build(case), weight=torch.zeros(6, 3), bias=torch.tensor([0.0, 1.0, 10.0, 0.5, 1.9999, 0.0]))
+    assert rule("cap_base_rows_only", inputs) == f"[{faults.ADDED_UNCAPPED}: the soft cap left off]"
+
+
+def test_a_float32_epilogue_on_a_bfloat16_head_is_named_for_rounding():
+    """Ids 0 and 1 tie at 1.0078125 in bfloat16; in float32, id 1's 1.009765625 is larger."""
+    case = Case(batch=1, hidden=3, vocab=4, tp=1, padding_size=4, bias=True, dtype="bfloat16")
+    built = build(case)
+    weight = torch.zeros(4, 3, dtype=torch.bfloat16)
+    weight[:2, 2] = 1.0078125
+    inputs = replace(
+        built,
+        hidden=torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.bfloat16),
+        weight=weight,
+        bias=torch.tensor([0.0, 2**-9, -1.0, -1.0], dtype=torch.bfloat16),
+    )
+    assert rule("fused_fp32_epilogue", inputs) == f"[{faults.NOT_ROUNDED}: computed in float32]"
 
 
 def wrong_at_tp_4(**kwargs):

@@ -281,7 +281,11 @@ def test_a_damaged_file_among_others_is_named_and_the_rest_still_replay(good, ca
     ids=["impl", "argmax_impl"],
 )
 def test_an_implementation_that_cannot_be_loaded_is_exit_2(change, good, capsys):
-    assert tpargmax(["repro", str(edit(good, change))]) == 2
+    """Not one the project ships, so not imported unasked (tests/test_verdicts.py); asked for, it cannot load."""
+    path = str(edit(good, change))
+    assert tpargmax(["repro", path]) == 2
+    assert "'no_such_module:fn' is not one the project ships" in one_line(capsys.readouterr().err)
+    assert tpargmax(["repro", path, "--trust-recorded-impl"]) == 2
     assert "cannot load it: No module named 'no_such_module'" in one_line(capsys.readouterr().err)
 
 

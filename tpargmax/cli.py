@@ -51,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("files", nargs="+", help="repro .json files or directories holding them")
     rep.add_argument("--impl", help="replay against this implementation instead of the recorded one")
+    rep.add_argument(
+        "--trust-recorded-impl",
+        action="store_true",
+        help="import the implementation a file records even if it is not a built-in (by default only built-ins "
+        "are imported from a file)",
+    )
     rep.add_argument("--backend", choices=("sim", "gloo"), help="replay on this backend instead of the recorded one")
     rep.add_argument("--device", choices=("cpu", "cuda"), help="replay on this device instead of the recorded one")
     rep.add_argument("--collective-timeout", type=float, default=10.0, help="seconds (default %(default)s)")

@@ -30,8 +30,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from tpargmax.report import ROOT, Run, Subject, cells, run_once
+from tpargmax.report import ROOT, cells, run_once
 from tpargmax.report_page import LABELS, _failures, _table
+from tpargmax.report_subjects import Run, Subject
 
 TRAP = "tests.broken:tf32_matmul"
 EXAMPLES = 60  # --max-examples per property: the whole record within 8 minutes on one H200

@@ -1,7 +1,10 @@
 """``tpargmax repro FILE``: replay a repro file deterministically and explain what happened.
 
 Exit 0: every file's property holds now; 1: some file still fails; 2: some file could not be replayed
-(damaged, or its implementation cannot be loaded), each named in one line on stderr.
+(damaged, its implementation cannot be loaded, or it names one the project does not ship and the user did not
+vouch for), each named in one line on stderr.  The recorded implementation is imported only if it is a built-in
+(``sharded.impls.shipped``), or with ``--impl`` or ``--trust-recorded-impl``: a file that arrives with a module
+beside it must not run that module because it was replayed.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from pathlib import Path
 from groups.devices import check_backend
 from properties import repro, runner
 from properties.diagnose import ImplementationHung, PropertyFailure, explain_tokens
-from sharded.impls import load_impl
+from sharded.impls import load_impl, shipped
 
 
 def replay(args: argparse.Namespace) -> int:
@@ -27,6 +30,8 @@ def replay(args: argparse.Namespace) -> int:
         try:
             record, inputs = repro.load(path, backend=args.backend, device=args.device)
             check_backend([inputs.backend], inputs.device)
+            if not args.trust_recorded_impl:
+                refuse_unshipped(record, args.impl)
             impl = load_impl(args.impl or record["impl"])
             if "argmax_impl" in record.get("extra", {}):  # a top-1 find is judged against it: it must load too
                 load_impl(record["extra"]["argmax_impl"])
@@ -53,3 +58,17 @@ def replay(args: argparse.Namespace) -> int:
         else:
             print("  fixed: the property holds")
     return 2 if unreadable else 1 if failed else 0
+
+
+def refuse_unshipped(record: dict, impl: str | None) -> None:
+    """A ``ValueError`` naming the first implementation the record would have replay import that the project does
+    not ship: ``impl`` unless ``--impl`` replaces it, and a top-1 find's ``argmax_impl``."""
+    named = [] if impl else [("impl", record["impl"], f"--impl {record['impl']} or ")]
+    if "argmax_impl" in record.get("extra", {}):
+        named.append(("argmax_impl", record["extra"]["argmax_impl"], ""))
+    for field, spec, option in named:
+        if not shipped(spec):
+            raise ValueError(
+                f"its {field} {spec!r} is not one the project ships, and a received file's implementation is not "
+                f"imported unasked; to run it on purpose: {option}--trust-recorded-impl"
+            )

@@ -116,8 +116,9 @@ CAUSES = (
             "masked branch scores candidates with a bare dot product and chooses among them uncapped. The cap is "
             "monotone, so the choice changes only where the cap rounds distinct logits to one value: the classic "
             "path then takes the lowest id, the masked path the larger raw logit. In F44 ids 46 and 79 have raw "
-            "logits 504 and 696, both capped to 30.0 in float32; the classic path returns 46 and vLLM 79. (The "
-            "page's rule reads 'chose a non-maximal logit' because in float64 the cap of 504 stays below 30.)"
+            "logits 504 and 696, both capped to 30.0 in float32; the classic path returns 46 and vLLM 79, the "
+            "first maximum of the logits without the cap. (Float64 logits, where the cap of 504 stays below 30, "
+            "would choose 79 too: the failure lists both.)"
         ),
         failures=("test_token_exact-sharded_vllm_models_Gemma4MTP_all_centroids__compute_logits-gloo-a72806dabf",),
         correction=(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import platform
 import random
 from functools import cache
 from typing import Any
@@ -43,6 +44,18 @@ INSTALL_HINT = "vLLM is not installed: install it with `.venv/bin/tpargmax insta
 def vllm_available() -> bool:
     """Whether vLLM can be imported here (without importing it: that takes seconds)."""
     return importlib.util.find_spec("vllm") is not None
+
+
+def shm_unavailable() -> str | None:
+    """Why vLLM's shared-memory CPU communicator (``TPARGMAX_VLLM_SHM=1``) cannot run on this CPU, or None.
+
+    vLLM 0.32.0 loads its AVX-512 kernels, which hold the shared-memory manager, only where the CPU has AVX-512
+    (``vllm/platforms/cpu.py``, ``import_kernels``); elsewhere it loads its AVX2 kernels, which lack it, and its
+    collectives go through ``torch.distributed`` instead.
+    """
+    if platform.machine() in ("x86_64", "AMD64") and not torch.cpu._is_avx512_supported():
+        return "vLLM's shared-memory CPU communicator needs AVX-512, which this CPU lacks (its AVX2 kernels have none)"
+    return None
 
 
 def why_unavailable() -> str | None:

@@ -1,0 +1,211 @@
+"""Verdicts nothing can fake: a received file runs none of the code shipped beside it, and an implementation that
+tries to end the run is a failure, never "fixed" or a pass.
+
+Exit 0 from ``tpargmax repro`` closes a bug.  Every run here whose implementation could end a process with
+``os._exit`` runs in a subprocess of its own, so a guard that stops working shows up as a wrong exit code and never
+ends this test run with status 0 (``SystemExit`` in this process would fail the test).  A marker file that the
+received code would create must never appear unless the user asked for that code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from properties import repro, runner
+from properties.cases import Case
+from properties.checks import TOKEN_EXACT
+from properties.top_k import TOP_K_TOP1
+from sharded.local_argmax import vllm_pairs
+from tests.suite import ROOT, run, verdicts
+from tests.test_hostile_input import one_line
+from tpargmax.cli import main as tpargmax
+
+CASE = Case(batch=2, hidden=3, vocab=7, tp=2, bias=True)
+
+
+def record(directory: Path, impl: str, backend: str = "sim", prop: str = TOKEN_EXACT, **extra: object) -> Path:
+    """A valid repro file of ``CASE`` that names ``impl`` (run on ``backend``)."""
+    failure = {"inputs": runner.prepare(CASE, backend), "property": prop, "rule": "r", "impl": impl, "extra": extra}
+    return repro.write(directory, failure, test=f"test_{uuid.uuid4().hex[:6]}")
+
+
+# --- a received bundle: a repro file and a module beside it -------------------------------------------------
+
+HELPER = """
+from pathlib import Path
+
+Path({marker!r}).write_text("the received module ran")
+
+
+def run(**kwargs):
+    raise SystemExit(0)
+"""
+
+
+@pytest.fixture
+def bundle(tmp_path: Path):
+    """``repro/<unique>/bug.json`` naming ``repro.<unique>.helper:run``, with ``helper.py`` beside it, unpacked in
+    the checkout, where the directory imports as a namespace package; and the marker the module writes."""
+    name = f"incoming_{uuid.uuid4().hex[:8]}"
+    where = ROOT / "repro" / name
+    where.mkdir()
+    marker = tmp_path / "CODE-RAN"
+    (where / "helper.py").write_text(HELPER.format(marker=str(marker)))
+    path = record(tmp_path, f"repro.{name}.helper:run").rename(where / "bug.json")
+    try:
+        yield path, f"repro.{name}.helper:run", marker
+    finally:
+        shutil.rmtree(where)
+
+
+def test_a_received_implementation_is_not_imported_unasked(bundle, capsys):
+    path, spec, marker = bundle
+    assert tpargmax(["repro", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and one_line(captured.err), captured
+    assert f"its impl {spec!r} is not one the project ships" in captured.err, captured.err
+    assert f"--impl {spec} or --trust-recorded-impl" in captured.err, captured.err
+    assert not marker.exists(), "replaying a received file ran the module beside it"
+
+
+@pytest.mark.parametrize("how", [["--impl", "SPEC"], ["--trust-recorded-impl"]])
+def test_the_user_can_run_it_on_purpose_and_it_still_cannot_fake_a_fix(bundle, how, capsys):
+    path, spec, marker = bundle
+    assert tpargmax(["repro", str(path), *[spec if word == "SPEC" else word for word in how]]) == 1
+    assert marker.exists()  # it ran; its run raises SystemExit(0): a failure, never "fixed"
+    out = capsys.readouterr().out
+    assert "STILL FAILING: [tried to end the run: rank 0 of 2 raised SystemExit(0)]" in out, out
+
+
+def test_a_received_argmax_implementation_is_not_imported_even_with_impl(bundle, tmp_path):
+    """A top-1 find is judged against the argmax implementation it recorded: ``--impl`` vouches only for the
+    top-k implementation."""
+    _, spec, marker = bundle
+    path = record(tmp_path, "topk_pairs", prop=TOP_K_TOP1, k=2, argmax_impl=spec)
+    assert tpargmax(["repro", str(path), "--impl", "topk_pairs"]) == 2
+    assert not marker.exists()
+
+
+def test_promote_and_the_regression_test_import_no_received_module(bundle, tmp_path):
+    path, _, marker = bundle
+    assert tpargmax(["promote", str(path), "--out", str(tmp_path)]) == 0  # it writes the parsed case, runs nothing
+    out = run_suite_on(path.parent)
+    assert out.returncode == 0 and "1 passed" in out.stdout, out.stdout[-2000:]  # replayed against vllm_pairs
+    assert not marker.exists()
+
+
+def run_suite_on(repro_dir: Path):
+    args = ["-p", "no:xdist", "-q", "properties/test_regressions.py", "--repro-dir", str(repro_dir)]
+    return run([sys.executable, "-m", "pytest", *args, "--backend", "sim", "--impl", "vllm_pairs"])
+
+
+# --- implementations that try to end the run ------------------------------------------------------------------
+
+
+def exits(**kwargs):
+    raise SystemExit(0)
+
+
+def interrupts(**kwargs):
+    raise KeyboardInterrupt
+
+
+def skips(**kwargs):
+    pytest.skip("an implementation cannot skip its own test")
+
+
+def ends_the_process(**kwargs):
+    if kwargs["group"].rank == kwargs["group"].world_size - 1:
+        os._exit(0)
+    return vllm_pairs(**kwargs)
+
+
+def closes_its_connection(**kwargs):
+    """On a pool rank: closes the connection to the driver, then answers as if nothing happened."""
+    import gc
+    from multiprocessing.connection import Connection
+
+    if kwargs["group"].rank == 1:
+        for obj in gc.get_objects():
+            if type(obj) is Connection:
+                obj.close()
+    return vllm_pairs(**kwargs)
+
+
+HERE = "tests.test_verdicts"
+# implementation -> what a replay's failure says it did, on sim and on gloo (None: not run there; on gloo, every
+# BaseException goes the way SystemExit goes)
+ENDS = {
+    "exits": ("tried to end the run: rank 0 of 2 raised SystemExit(0)",) * 2,
+    "interrupts": ("tried to end the run: rank 0 of 2 raised KeyboardInterrupt()", None),
+    "skips": ("tried to end the run: rank 0 of 2 raised Skipped('an implementation cannot skip its own test')", None),
+    "ends_the_process": ("tried to end the run: rank 1 of 2 called os._exit(0)",) * 2,
+    "closes_its_connection": (None, "rank process ended: gloo group of 2: rank 1 closed its connection"),
+}
+
+
+def test_no_way_of_ending_the_run_reads_as_fixed(tmp_path):
+    files = {}
+    for name, said in ENDS.items():
+        for backend, words in zip(("sim", "gloo"), said, strict=True):
+            if words:
+                files[record(tmp_path / name / backend, f"{HERE}:{name}", backend)] = words
+    out = run([sys.executable, "-m", "tpargmax", "repro", "--trust-recorded-impl", *map(str, files)])
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]
+    said = verdicts(out.stdout, list(files))
+    for path, words in files.items():
+        assert said.get(str(path), "").startswith(f"[{words}"), (path, said.get(str(path)), out.stdout[-3000:])
+
+
+def test_a_case_replay_whose_implementation_ends_the_process_is_exit_1():
+    out = run([sys.executable, "-m", "properties.replay", "--impl", f"{HERE}:ends_the_process", repr(CASE)])
+    assert out.returncode == 1 and f"FAILED [{ENDS['ends_the_process'][0]}]" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_module_that_ends_the_process_on_import_is_refused(tmp_path):
+    (tmp_path / "exits_on_import.py").write_text("import os\nos._exit(0)\n")
+    path = record(tmp_path, "exits_on_import:run")
+    out = run([sys.executable, "-m", "tpargmax", "repro", str(path), "--trust-recorded-impl"], PYTHONPATH=str(tmp_path))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "cannot load it: importing exits_on_import called os._exit(0)" in out.stderr, out.stderr
+
+
+def test_the_suite_fails_an_implementation_that_ends_the_run_without_xdist():
+    """On the simulated group the ranks are threads of pytest's own process (on gloo, tpargmax repro above)."""
+    impls = ",".join(f"{HERE}:{name}" for name in ("exits", "skips", "ends_the_process"))
+    args = ["-p", "no:xdist", "-q", "properties/test_equivalence.py", "-k", "test_token_exact", "--impl", impls]
+    out = run([sys.executable, "-m", "pytest", *args, "--backend", "sim", "--hypothesis-profile", "ci"])
+    assert out.returncode == 1 and "3 failed" in out.stdout, out.stdout[-3000:] + out.stderr[-2000:]
+    assert out.stdout.count("[tried to end the run: ") >= 3, out.stdout[-3000:]
+
+
+# --- committed repro files name the rule they recorded ----------------------------------------------------------
+
+
+def test_every_committed_repro_file_here_replays_with_the_rule_it_recorded(capsys):
+    """The files of ``repro/`` itself (the engines' own folders need their engines: tests/test_conformance.py)."""
+    files = sorted((ROOT / "repro").glob("*.json"))
+    assert files
+    assert tpargmax(["repro", *map(str, files)]) == 1
+    said = verdicts(capsys.readouterr().out, files)
+    assert said == {str(path): f"[{json.loads(path.read_text())['rule']}]" for path in files}
+
+
+def test_the_guard_leaves_os_exit_to_everything_else():
+    """``os._exit`` raises only in code under test: after a guarded call, a forked child and the process itself
+    still exit with their status."""
+    code = (
+        "import os\nfrom sharded.no_exit import guarded\n"
+        "with guarded('x'):\n    pass\n"
+        "pid = os.fork()\nif pid == 0:\n    os._exit(7)\n"
+        "print(os.waitpid(pid, 0)[1] >> 8)\nos._exit(3)\n"
+    )
+    out = run([sys.executable, "-c", code])
+    assert out.returncode == 3 and out.stdout.strip() == "7", out.stdout + out.stderr

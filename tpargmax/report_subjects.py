@@ -1,0 +1,145 @@
+"""The page's rows: the subjects ``tpargmax report`` runs, and the pytest runs that group them (one per head they
+share, so one pool start serves them all)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engines.vllm.layer import SHM_ENV
+from tpargmax.report_json import FINDINGS as SHIPPED_FINDINGS
+
+# the committed repro files' replays are the default run's regression tests, not properties of a subject
+ARGMAX = ("properties", "-k", "not top_k and not test_repro_file_replays_clean")
+TOP_K = ("properties/test_top_k.py", "-k", "not test_repro_file_replays_clean")
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One row of the page: an implementation, what kind it is, and what it is."""
+
+    spec: str
+    kind: str
+    note: str = ""
+    name: str = ""  # how the page names it (default: the spec)
+    vllm: bool = False
+    corrects: str = ""  # the row this one is the corrected twin of (engines/<engine>/corrected.py)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.spec
+
+
+@dataclass(frozen=True)
+class Run:
+    """One pytest run: subjects that share a head (so one pool start serves them all), top-k or argmax."""
+
+    subjects: tuple[Subject, ...]
+    top_k: bool = False
+    argmax: str = ""  # the argmax implementation the top-k subjects' top-1 is compared with
+    env: tuple[tuple[str, str], ...] = ()
+    tests: tuple[str, ...] = ()  # pytest's selection (default: every argmax or top-k property)
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        specs = ",".join(s.spec for s in self.subjects)
+        if self.top_k:
+            return ("--topk-impl", specs, "--impl", self.argmax, *(self.tests or TOP_K))
+        return ("--impl", specs, *(self.tests or ARGMAX))
+
+    def option(self, subject: Subject) -> tuple[str, str]:
+        """The pytest option that selects one subject alone, for replay commands."""
+        return ("--topk-impl" if self.top_k else "--impl", subject.spec)
+
+
+FINDINGS = SHIPPED_FINDINGS[0]
+CORRECTED = "engines.vllm.corrected"
+CORRECTED_KIND = ", corrected"
+FIXED_ARGMAX = f"{CORRECTED}:vllm"  # a corrected top-k's top-1 is compared with the corrected argmax
+
+
+def twin(subject: Subject) -> Subject:
+    """The subject with the project's corrections in place, beside it on the page."""
+    spec = subject.spec.partition(":")[2] or subject.spec
+    return Subject(
+        f"{CORRECTED}:{spec}",
+        subject.kind + CORRECTED_KIND,
+        "the same, with the corrections of the root causes in place",
+        f"{subject.label} (corrected)",
+        vllm=True,
+        corrects=subject.label,
+    )
+
+
+def static_runs() -> list[Run]:
+    """The built-ins, the engine variants and vLLM's layer, and vLLM's layer corrected."""
+    layer = "vLLM layer"
+    vllm = Subject("vllm", layer, "LogitsProcessor.get_top_tokens + LocalArgmaxMixin", vllm=True)
+    classic = Subject("vllm_classic", layer, "LogitsProcessor.forward, EAGLE3 scatter, argmax", vllm=True)
+    topk_note = "LogitsProcessor.get_top_k_tokens; ids through d2t as the mixin maps them"
+    topk = Subject("vllm_topk", layer, topk_note, vllm=True)
+    logprobs = Subject("vllm_topk_logprobs", layer, "get_top_k_tokens(return_log_probs=True)", vllm=True)
+    shm_note = "get_top_k_tokens on vLLM's shared-memory CPU communicator (TPARGMAX_VLLM_SHM=1)"
+    shm = Subject("vllm_topk", layer, shm_note, name="vllm_topk (CPU SHM)", vllm=True)
+    shm_env = ((SHM_ENV, "1"),)
+    return [
+        Run(
+            (
+                Subject("vllm_pairs", "built-in", "vLLM's exchange, ties by id"),
+                Subject("packed_key", "built-in", "one int64 key, one all_reduce"),
+                Subject("classic_gather", "built-in", "all-gather every logit, argmax"),
+                Subject("trtllm_style", "engine variant", "TensorRT-LLM-style: ids from the rank offset, no mask"),
+                Subject("sglang_style", "engine variant", "SGLang-proposal-style packed key: refuses 2**24 ids"),
+                vllm,
+                twin(vllm),
+                classic,
+                twin(classic),
+            )
+        ),
+        Run((Subject("topk_pairs", "built-in", "k (value, id) pairs per rank"),), top_k=True, argmax="vllm_pairs"),
+        Run((topk, logprobs), top_k=True, argmax="vllm"),
+        Run((twin(topk), twin(logprobs)), top_k=True, argmax=FIXED_ARGMAX),
+        Run((shm,), top_k=True, argmax="vllm", env=shm_env),
+        Run((twin(shm),), top_k=True, argmax=FIXED_ARGMAX, env=shm_env),
+    ]
+
+
+def model_runs() -> tuple[list[Run], list[dict[str, Any]], dict[str, str]]:
+    """Runs of every vLLM model class subject (one per head they share), the discovery record, and the proposer's
+    answer for a draft class without ``get_top_tokens``."""
+    from engines.vllm import corrected, discovery
+    from engines.vllm import models as vllm_models
+    from sharded.impls import load_impl
+
+    by_head: dict[tuple, list[Subject]] = {}
+    for spec in vllm_models.specs():
+        fn = load_impl(spec).fn
+        path = spec.rpartition(".")[2]
+        kind = "vLLM model class, classic path" if path == "compute_logits" else "vLLM model class"
+        subject = Subject(spec, kind, fn.how, spec.partition(":")[2], vllm=True)
+        key = (path == "get_top_k_tokens", tuple(sorted(fn.head.items())))
+        by_head.setdefault((*key, False), []).append(subject)
+        if subject.label in corrected.MODELS:  # its twin runs apart: its top-1 is compared with the corrected argmax
+            by_head.setdefault((*key, True), []).append(twin(subject))
+    runs = [
+        Run(tuple(s), top_k=top_k, argmax=(FIXED_ARGMAX if fixed else "vllm") if top_k else "")
+        for (top_k, _, fixed), s in by_head.items()
+    ]
+    subjects: dict[str, list[str]] = {}
+    for name, subject in vllm_models.SUBJECTS.items():
+        subjects.setdefault(subject.cls, []).append(name)
+    coverage = getattr(vllm_models, "COVERAGE", {})
+    classes = [
+        {
+            "name": m.name,
+            "module": m.module,
+            "methods": list(m.methods),
+            "how": m.found,
+            "confirmed": m.confirmed,
+            "tested": ", ".join(f"`{s}`" for s in subjects.get(m.name, [])) or coverage.get(m.name, ""),
+        }
+        for m in discovery.discover()
+    ]
+    no_method = next((c["name"] for c in classes if not c["methods"]), None)
+    refusal = {no_method: discovery.proposer_refuses(no_method)} if no_method else {}
+    return runs, classes, refusal
