@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import uuid
 from pathlib import Path
@@ -127,6 +128,12 @@ def ends_the_process(**kwargs):
     return vllm_pairs(**kwargs)
 
 
+def is_killed(**kwargs):
+    if kwargs["group"].rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return vllm_pairs(**kwargs)
+
+
 def closes_its_connection(**kwargs):
     """On a pool rank: closes the connection to the driver, then answers as if nothing happened."""
     import gc
@@ -147,6 +154,7 @@ ENDS = {
     "interrupts": ("tried to end the run: rank 0 of 2 raised KeyboardInterrupt()", None),
     "skips": ("tried to end the run: rank 0 of 2 raised Skipped('an implementation cannot skip its own test')", None),
     "ends_the_process": ("tried to end the run: rank 1 of 2 called os._exit(0)",) * 2,
+    "is_killed": (None, "rank process ended: gloo group of 2: rank 1 died (SIGKILL)"),
     "closes_its_connection": (None, "rank process ended: gloo group of 2: rank 1 closed its connection"),
 }
 
