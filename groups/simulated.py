@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import TypeVar
@@ -77,6 +78,7 @@ class _Turn:
         self.reply: list[torch.Tensor] | None = None
         self.abort: str | None = None  # why the run ended while this rank waited
         self.finished = False
+        self.done = threading.Event()  # set as its thread lets go of the job
 
 
 class _World:
@@ -117,16 +119,21 @@ class _World:
             raise CollectiveError(f"rank {rank}: {what} aborted: {turn.abort}")
         return turn.reply
 
-    def stop(self, why: str) -> None:
-        """End the run: every rank still waiting in a collective raises CollectiveError and exits."""
+    def stop(self, why: str, grace: float) -> None:
+        """End the run: every rank still waiting in a collective raises CollectiveError and exits, and the driver
+        waits up to ``grace`` seconds for them to let go of their jobs: a rank thread still in torch code when the
+        process exits can abort it ("terminate called without an active exception", measured under load)."""
         self.over = True
-        for turn in self.turns:
-            if turn.call is not None and not turn.finished:
-                turn.abort = why
-                try:
-                    turn.go.release()
-                except RuntimeError:  # its turn was being handed over as the run ended: it wakes anyway
-                    pass
+        woken = [turn for turn in self.turns if turn.call is not None and not turn.finished]
+        for turn in woken:
+            turn.abort = why
+            try:
+                turn.go.release()
+            except RuntimeError:  # its turn was being handed over as the run ended: it wakes anyway
+                pass
+        deadline = time.monotonic() + grace
+        for turn in woken:
+            turn.done.wait(max(0.0, deadline - time.monotonic()))
 
 
 def _here(parts: list[torch.Tensor], mine: torch.Tensor) -> list[torch.Tensor]:
@@ -186,6 +193,7 @@ def run_simulated(
             turn.call, turn.finished = None, True
             _IDLE.put(threading.current_thread())  # free before the turn goes back, so the next run reuses it
             world.hand_back()
+            turn.done.set()
 
         return body
 
@@ -197,7 +205,7 @@ def run_simulated(
                 continue
             world.resume(rank)
             if not world.back.acquire(timeout=timeout):
-                world.stop(f"rank {rank} hung")
+                world.stop(f"rank {rank} hung", timeout)
                 raise RankTimeout(
                     f"rank {rank} of {world_size} still running after {timeout}s, outside any collective (hung)"
                 )
@@ -205,7 +213,7 @@ def run_simulated(
                 break
         if errors:
             first = min(errors)
-            world.stop(f"rank {first} raised")
+            world.stop(f"rank {first} raised", timeout)
             exc = errors[first]
             # Formatted here, in the driver's thread: Python 3.11's traceback module parses source with
             # ast, which is not safe in two threads at once (CPython gh-106905), and stopped ranks wake now.
@@ -215,7 +223,7 @@ def run_simulated(
         if not waiting:
             return results, groups
         if len(waiting) < world_size:
-            world.stop("a peer returned without joining")
+            world.stop("a peer returned without joining", timeout)
             what = next(iter(waiting.values()))[0]
             returned = [r for r in range(world_size) if r not in waiting]
             raise RankTimeout(
@@ -223,7 +231,7 @@ def run_simulated(
                 f"rank(s) {returned} of {world_size} returned without joining it (a real group would hang)"
             )
         if len({(w, t.dtype, tuple(t.shape), t.device.type) for w, t in waiting.values()}) != 1:
-            world.stop("mismatched collectives")
+            world.stop("mismatched collectives", timeout)
             calls = "; ".join(
                 f"rank {r}: {w} {t.dtype} {tuple(t.shape)} on {t.device.type}" for r, (w, t) in waiting.items()
             )
