@@ -21,10 +21,12 @@ from groups.devices import DEVICE_ENV, DEVICES, check_backend, check_device, def
 from groups.pool import close_all_pools
 from properties import coverage, results, runner
 from properties.profiles import backend_budget  # importing it registers dev, ci and nightly
-from sharded.impls import IMPL_ENV, TOPK_IMPL_ENV, load_impl
+from sharded.impls import IMPL_ENV, SAMPLING_IMPL_ENV, TOPK_IMPL_ENV, load_impl
 from sharded.local_argmax import BUILTINS, DEFAULT_IMPLS
+from sharded.local_sampling import DEFAULT_SAMPLING_IMPLS, SAMPLING_BUILTINS
 from sharded.local_top_k import DEFAULT_TOPK_IMPLS, TOPK_BUILTINS
 
+SUBJECTS = ("impl", "topk_impl", "sampling_impl")  # the fixtures that hold an implementation under test
 # Two xdist workers on two cores: one intra-op thread each keeps them from fighting.
 torch.set_num_threads(1)
 
@@ -42,6 +44,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=os.environ.get(TOPK_IMPL_ENV),
         help=f"top-k implementation(s) under test, comma-separated: {sorted(TOPK_BUILTINS)} or MODULE:ATTR "
         f"(default: {','.join(DEFAULT_TOPK_IMPLS)}; env {TOPK_IMPL_ENV})",
+    )
+    group.addoption(
+        "--sampling-impl",
+        default=os.environ.get(SAMPLING_IMPL_ENV),
+        help=f"sampler(s) under test, comma-separated: {sorted(SAMPLING_BUILTINS)} or MODULE:ATTR "
+        f"(default: {','.join(DEFAULT_SAMPLING_IMPLS)}; env {SAMPLING_IMPL_ENV})",
     )
     group.addoption(
         "--heads",
@@ -86,7 +94,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--only-subjects",
         action="store_true",
-        help="run only the tests that call an implementation under test (--impl, --topk-impl)",
+        help="run only the tests that call an implementation under test (--impl, --topk-impl, --sampling-impl)",
     )
     group.addoption(
         "--fuzz-seed",
@@ -149,8 +157,9 @@ def pytest_configure(config: pytest.Config) -> None:
     runner.heads = config.getoption("heads")
     config.tpargmax_impls = _impls(config.getoption("impl"), DEFAULT_IMPLS)
     config.tpargmax_topk_impls = _impls(config.getoption("topk_impl"), DEFAULT_TOPK_IMPLS)
+    config.tpargmax_sampling_impls = _impls(config.getoption("sampling_impl"), DEFAULT_SAMPLING_IMPLS)
     try:
-        runner.pin_heads([*config.tpargmax_impls, *config.tpargmax_topk_impls])
+        runner.pin_heads([*config.tpargmax_impls, *config.tpargmax_topk_impls, *config.tpargmax_sampling_impls])
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -182,7 +191,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         f"tpargmax: implementation(s) under test: {', '.join(i.spec for i in config.tpargmax_impls)}; "
-        f"top-k: {', '.join(i.spec for i in config.tpargmax_topk_impls)}; heads: {runner.heads}; "
+        f"top-k: {', '.join(i.spec for i in config.tpargmax_topk_impls)}; "
+        f"sampling: {', '.join(i.spec for i in config.tpargmax_sampling_impls)}; heads: {runner.heads}; "
         f"backends: {', '.join(config.tpargmax_backends)} (gloo tps {runner.gloo_tps}); device: {runner.device}; "
         f"hypothesis profile: {settings.get_current_profile_name()}"
     ]
@@ -192,6 +202,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for fixture, impls in (
         ("impl", metafunc.config.tpargmax_impls),
         ("topk_impl", metafunc.config.tpargmax_topk_impls),
+        ("sampling_impl", metafunc.config.tpargmax_sampling_impls),
     ):
         if fixture in metafunc.fixturenames:
             metafunc.parametrize(fixture, impls, ids=[i.spec for i in impls])
@@ -215,12 +226,12 @@ def read_xfails(path: str) -> list[tuple[str, str]]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("only_subjects"):
-        keep = [i for i in items if {"impl", "topk_impl"} & set(getattr(i, "fixturenames", ()))]
+        keep = [i for i in items if set(SUBJECTS) & set(getattr(i, "fixturenames", ()))]
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
         items[:] = keep
     for item in items:
         params = getattr(item, "callspec", None) and item.callspec.params or {}
-        impls = [params[name] for name in ("impl", "topk_impl") if name in params]
+        impls = [params[name] for name in SUBJECTS if name in params]
         if params.get("backend") == "sim" and any(impl.process_bound for impl in impls):
             item.add_marker(pytest.mark.skip(reason="needs a process per rank (an engine): runs on gloo and torchrun"))
         elif item.get_closest_marker("own_head") and any(impl.head for impl in impls):

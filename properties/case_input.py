@@ -46,30 +46,37 @@ def case_from_fields(given: Mapping[str, object]) -> Case:
     return Case(**values)
 
 
-def parse_case(text: str) -> Case:
-    """Read a ``Case(...)`` repr as printed in failure messages: keyword literals only, nothing evaluated."""
-    if len(text) > MAX_TEXT:
-        raise ValueError(f"a Case string is at most {MAX_TEXT} characters, got {len(text)}")
+def parse_keywords(text: str, name: str, max_text: int = MAX_TEXT) -> dict[str, object]:
+    """Read a ``NAME(field=literal, ...)`` repr from a failure message: the fields' values, nothing evaluated."""
+    if len(text) > max_text:
+        raise ValueError(f"a {name} string is at most {max_text} characters, got {len(text)}")
     try:
         call = ast.parse(text.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise ValueError(
-            f"not a Case(...) expression: {type(exc).__name__}: {shown(getattr(exc, 'msg', exc))}"
+            f"not a {name}(...) expression: {type(exc).__name__}: {shown(getattr(exc, 'msg', exc))}"
         ) from None
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "Case"):
-        raise ValueError(f"expected Case(name=value, ...), got {shown(ast.unparse(call))}")
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == name):
+        raise ValueError(f"expected {name}(name=value, ...), got {shown(ast.unparse(call))}")
     if call.args or any(kw.arg is None for kw in call.keywords):
-        raise ValueError("a Case string names every field: Case(name=value, ...), no positional or ** arguments")
+        raise ValueError(f"a {name} string names every field: {name}(name=value, ...), no positional or ** arguments")
     given: dict[str, object] = {}
     for kw in call.keywords:
         if kw.arg in given:
-            raise ValueError(f"Case field {kw.arg!r} is given twice")
+            raise ValueError(f"{name} field {kw.arg!r} is given twice")
         try:
             given[kw.arg] = ast.literal_eval(kw.value)
         except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
             raise ValueError(
-                f"Case field {kw.arg!r} must be a literal (number, string, None or tuple), "
+                f"{name} field {kw.arg!r} must be a literal (number, string, None or tuple), "
                 f"got {shown(ast.unparse(kw.value))}"
             ) from None
-        _check_literal(kw.arg, given[kw.arg])  # before lists become tuples
-    return case_from_fields(given)
+        if not _literal(given[kw.arg]):  # before lists become tuples
+            what = shown(given[kw.arg])
+            raise ValueError(f"{name} field {kw.arg!r} must be a number, string, None or tuple, got {what}")
+    return given
+
+
+def parse_case(text: str) -> Case:
+    """Read a ``Case(...)`` repr as printed in failure messages: keyword literals only, nothing evaluated."""
+    return case_from_fields(parse_keywords(text, "Case"))

@@ -28,7 +28,9 @@ from hypothesis.control import currently_in_test_context
 
 from properties.cases import D2T_PLANS, DTYPES, PADDING_PLANS, SPECIAL_PLANS, TIE_PLANS, Inputs
 from reference.logits import head_logits
+from reference.topk import order_keys
 
+SAMPLING_KINDS = ("greedy", "temperature only", "top-k", "top-p", "tie at the k-th value")
 COVERAGE_ENV = "TPARGMAX_COVERAGE"
 EVENTS_ENV = "TPARGMAX_FEATURE_EVENTS"  # "off": no feature events even with statistics shown (tpargmax throughput)
 listening = False  # set by conftest: statistics shown, or examples recorded for tpargmax coverage
@@ -45,8 +47,9 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "dtype": tuple(DTYPES),
     "soft cap": ("on", "off"),
     "scale": ("1", "not 1"),
+    "sampling": SAMPLING_KINDS,  # what a sampling example's rows do
 }
-MULTI = ("winner", "tie", "special")  # an example may hold several values of these
+MULTI = ("winner", "tie", "special", "sampling")  # an example may hold several values of these
 _NO_ADDED = "added ids: none"
 IMPOSSIBLE: dict[frozenset[str], str] = {
     **{
@@ -124,6 +127,32 @@ def observe(inputs: Inputs, logits_of) -> None:
         event("a row's maximum is NaN")
     if bool(((values == best.unsqueeze(-1)).sum(-1) >= 2).any()):
         event("a row's maximum is tied")
+
+
+def sampling_features(params, x: torch.Tensor) -> list[str]:
+    """The kinds of sampled row in a batch; ``x`` are the classic sampler's ``logits / T`` by target id."""
+    greedy, k, p = params.greedy.cpu(), params.top_k.cpu(), params.top_p.cpu()
+    k_on = (k > 0) & (k < x.shape[1]) & ~greedy
+    found = {"greedy"} if bool(greedy.any()) else set()
+    if bool((~greedy & ~k_on & (p >= 1)).any()):
+        found.add("temperature only")
+    if bool(k_on.any()):
+        found.add("top-k")
+        ranked = order_keys(x[k_on].cpu()).sort(dim=1, descending=True).values
+        at = k[k_on].unsqueeze(1)
+        beyond = ranked.gather(1, at.clamp(max=x.shape[1] - 1))
+        if bool((ranked.gather(1, at - 1) == beyond).any()):
+            found.add("tie at the k-th value")
+    if bool(((p < 1) & ~greedy).any()):
+        found.add("top-p")
+    return [f"sampling: {kind}" for kind in sorted(found)]
+
+
+def observe_sampling(params, x_of) -> None:
+    """Report a sampling example's row kinds as events, if anyone listens; ``x_of()`` gives the scaled logits."""
+    if listening and currently_in_test_context():
+        for feature in sampling_features(params, x_of()):
+            event(feature)
 
 
 def record_to(directory: str) -> None:

@@ -11,6 +11,7 @@ import torch
 from properties.cases import Inputs
 from properties.faults import SOFT_CAP_SKIPPED, explaining
 from properties.runner import oracle_draft_logits, oracle_tokens, run_ranks
+from properties.sample_plans import SamplePlan
 from sharded.layout import ShardLayout
 
 NAN_NOT_MAX = "NaN not treated as the maximum: the first NaN must win"
@@ -43,9 +44,11 @@ def replay_backend(inputs: Inputs) -> str:
     return "gloo" if inputs.device == "cpu" else "sim"
 
 
-def replay_command(impl: object, inputs: Inputs, k: int | None = None) -> str:
+def replay_command(impl: object, inputs: Inputs, k: int | None = None, sampling: dict | None = None) -> str:
     backend = replay_backend(inputs)
     width = "" if k is None else f" --k {k}"
+    if sampling is not None:  # a sampling property's plan, recorded as its fields
+        width += f' --sampling "{SamplePlan(**sampling)!r}"'
     device = "" if inputs.device == "cpu" else f" --device {inputs.device}"
     return f'python -m properties.replay --impl {impl}{width} --backend {backend}{device} "{inputs.case!r}"'
 
@@ -86,6 +89,10 @@ def repro_extra(**extra: object) -> Iterator[None]:
         yield
     except (PropertyFailure, ImplementationHung) as exc:
         exc.repro["extra"].update(extra)
+        if "sampling" in extra:  # the replay line must name the plan too
+            repro = exc.repro
+            line = f"  replay: {replay_command(repro['impl'], repro['inputs'], None, extra['sampling'])}"
+            exc.args = ("\n".join(line if s.startswith("  replay: ") else s for s in str(exc).split("\n")),)
         raise
 
 

@@ -25,6 +25,16 @@ from properties.checks import TOKEN_EXACT
 from properties.diagnose import ImplementationHung, PropertyFailure, explain_tokens
 from properties.repro import check
 from properties.runner import oracle_top_k
+from properties.sample_plans import parse_plan
+from properties.sampling import (
+    check_kept_set,
+    check_log_probs,
+    check_sample_exact,
+    noise_of,
+    oracle_sample,
+    params_of,
+    plan_for,
+)
 from properties.top_k import TOP_K_EXACT, check_top_k_contract
 from sharded.impls import IMPL_ENV, load_impl
 
@@ -38,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         "--impl", default=None, help=f"built-in name or MODULE:ATTR (default: ${IMPL_ENV} or vllm_pairs)"
     )
     parser.add_argument("--k", type=int, default=None, help="replay a top-k implementation's top k instead")
+    parser.add_argument(
+        "--sampling",
+        default=None,
+        metavar="PLAN",
+        help="replay a sampler (--impl) with this SamplePlan(...) from a failure message instead",
+    )
     parser.add_argument(
         "--backend", choices=("sim", "gloo"), help="where the ranks run (default: sim, or gloo for an engine)"
     )
@@ -60,10 +76,15 @@ def main(argv: list[str] | None = None) -> int:
         inputs = runner.prepare(case, backend)
         if args.k is not None and not 1 <= args.k <= inputs.vocab:
             raise ValueError(f"--k must be from 1 to the case's {inputs.vocab} token ids, got {args.k}")
+        plan = None if args.sampling is None else plan_for(impl, parse_plan(args.sampling))
+        if plan is not None and args.k is not None:
+            raise ValueError("--k and --sampling replay different implementations: give one")
     except ValueError as exc:  # one line, nothing run: the case string, --impl or --k cannot be used
         print(f"{parser.prog}: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     print(f"implementation: {impl} on {backend} ({runner.device}), tp={inputs.tp}\ncase: {inputs.case!r}")
+    if plan is not None:
+        return replay_sampling(impl, inputs, plan)
     if args.k is None:
         for line in explain_tokens(impl, inputs):
             print(line)
@@ -78,6 +99,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAILED {exc}")
         return 1
     print("ok: token-exact with the classic path" if args.k is None else "ok: the classic top k, bit for bit")
+    return 0
+
+
+def replay_sampling(impl, inputs, plan) -> int:
+    """Tokens, kept set and log-probabilities of one sampler case; exit 1 on the first property that fails."""
+    params = params_of(inputs, plan)
+    print(f"sampling: {plan!r}\n{params}")
+    print(f"the classic sampler's tokens: {oracle_sample(inputs, params, noise_of(impl)).tokens.tolist()}")
+    try:
+        for check in (check_sample_exact, check_kept_set, check_log_probs):
+            check(impl, inputs, plan)
+    except (PropertyFailure, ImplementationHung) as exc:
+        print(f"FAILED {exc}")
+        return 1
+    print("ok: the classic sampler's tokens, kept set and log-probabilities")
     return 0
 
 

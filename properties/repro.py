@@ -21,10 +21,11 @@ import hypothesis
 import torch
 
 from groups.devices import check_device
-from properties import checks, top_k
+from properties import checks, distribution, sampling, top_k
 from properties.cases import TENSORS, Inputs
 from properties.diagnose import replay_backend
 from properties.repro_reader import FORMAT, read_record
+from properties.sample_plans import plan_from_fields
 from sharded.impls import load_impl
 
 INLINE_BYTES = 64 * 1024
@@ -105,11 +106,18 @@ TOP_K_CHECKS = {
     top_k.TOP_K_CONTRACT: top_k.check_top_k_contract,
     top_k.TOP_K_DETERMINISM: top_k.check_top_k_determinism,
 }
+SAMPLING_CHECKS = {
+    sampling.SAMPLE_EXACT: sampling.check_sample_exact,
+    sampling.SAMPLE_KEPT: sampling.check_kept_set,
+    sampling.SAMPLE_LOG_PROBS: sampling.check_log_probs,
+}
 NEEDS = {  # the extra that :func:`check` reads for each property
     checks.ROW_INDEPENDENCE: ("rows",),
     checks.REJECTS: ("bad",),
     top_k.TOP_K_TOP1: ("k", "argmax_impl"),
     **dict.fromkeys(TOP_K_CHECKS, ("k",)),
+    **dict.fromkeys([*SAMPLING_CHECKS, sampling.SAMPLE_INVARIANCE], ("sampling",)),
+    distribution.SAMPLE_DISTRIBUTION: ("distribution",),
 }
 
 
@@ -128,6 +136,13 @@ def check(record: dict[str, Any], impl, inputs: Inputs) -> None:
         top_k.check_top1_is_argmax(impl, load_impl(extra["argmax_impl"]), inputs, extra["k"])
     elif prop in TOP_K_CHECKS:
         TOP_K_CHECKS[prop](impl, inputs, extra["k"])
+    elif prop in SAMPLING_CHECKS:
+        SAMPLING_CHECKS[prop](impl, inputs, sampling.plan_for(impl, plan_from_fields(extra["sampling"])))
+    elif prop == sampling.SAMPLE_INVARIANCE:
+        plan = sampling.plan_for(impl, plan_from_fields(extra["sampling"]))
+        sampling.check_sample_invariance(impl, inputs, plan, extra.get("tps"))
+    elif prop == distribution.SAMPLE_DISTRIBUTION:
+        distribution.check_distribution(impl, distribution.BY_NAME[extra["distribution"]])
     else:
         checks.check_output_contract(impl, inputs)
         checks.check_token_exact(impl, inputs)

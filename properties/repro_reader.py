@@ -24,6 +24,8 @@ from properties.case_input import case_from_fields
 from properties.cases import DTYPES as CASE_DTYPES
 from properties.cases import Case, Inputs, layouts_of, shown
 from properties.checks import BAD_INPUTS
+from properties.distribution import BY_NAME
+from properties.sample_plans import plan_from_fields
 from properties.torch_files import load_weights_only
 from reference.checks import check_d2t
 
@@ -142,6 +144,13 @@ def _check_extra(extra: dict[str, Any], case: Case, logits_vocab: int) -> None:
         raise ValueError(f"extra 'bad' must be one of {tuple(BAD_INPUTS)}, got {shown(extra['bad'])}")
     if "argmax_impl" in extra:
         _check_text("argmax_impl", extra["argmax_impl"])
+    if "sampling" in extra:
+        try:
+            plan_from_fields(extra["sampling"])
+        except ValueError as exc:
+            raise ValueError(f"extra 'sampling': {exc}") from None
+    if "distribution" in extra and not (isinstance(extra["distribution"], str) and extra["distribution"] in BY_NAME):
+        raise ValueError(f"extra 'distribution' must be one of {tuple(BY_NAME)}, got {shown(extra['distribution'])}")
 
 
 def _tensors(path: Path, record: dict[str, Any], case: Case, logits_vocab: int) -> dict[str, torch.Tensor]:

@@ -15,6 +15,7 @@ from properties import coverage
 from properties.case_tensors import build
 from properties.cases import Case, Inputs
 from reference.oracle import draft_logits, tokens_from_draft_logits
+from reference.sampling import target_logits
 from reference.topk import classic_top_k
 from sharded.group import Traffic
 from sharded.impls import Impl
@@ -143,6 +144,15 @@ def oracle_top_k(
     if logits is None:
         logits = oracle_draft_logits(inputs)
     return classic_top_k(logits, k, inputs.d2t, inputs.target_vocab, mapped_only=mapped_only)
+
+
+def oracle_target_logits(inputs: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The oracle's logits by target id on the CPU (with d2t: scattered, ``-inf`` where no draft id maps), and which
+    targets some draft id maps to: the row the classic sampler draws from.  Computed once per Inputs."""
+    if "target logits" not in inputs.memo:
+        d2t = None if inputs.d2t is None else inputs.d2t.cpu()
+        inputs.memo["target logits"] = target_logits(oracle_draft_logits(inputs).cpu(), d2t, inputs.target_vocab)
+    return inputs.memo["target logits"]
 
 
 def oracle_draft_logits(inputs: Inputs, *, raw: bool = False) -> torch.Tensor:

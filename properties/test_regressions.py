@@ -36,8 +36,12 @@ def test_repro_file_replays_clean(impl, repro_file, request):
     if inputs.backend not in request.config.tpargmax_backends:  # the same head, on a backend that runs
         backend = request.config.tpargmax_backends[0]
         inputs = replace(inputs.with_tp(nearest_tp(inputs.tp, backend)), backend=backend)
-    if "k" in record.get("extra", {}):  # a top-k find: replay it on the top-k implementations, beside ``impl``
+    extra = record.get("extra", {})
+    if "k" in extra:  # a top-k find: replay it on the top-k implementations, beside ``impl``
         for topk_impl in request.config.tpargmax_topk_impls:
-            repro.check({**record, "extra": {**record["extra"], "argmax_impl": impl.spec}}, topk_impl, inputs)
+            repro.check({**record, "extra": {**extra, "argmax_impl": impl.spec}}, topk_impl, inputs)
+    elif "sampling" in extra or "distribution" in extra:  # a sampler's find: replay it on the samplers
+        for sampling_impl in request.config.tpargmax_sampling_impls:
+            repro.check(record, sampling_impl, inputs)
     else:
         repro.check(record, impl, inputs)

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 import torch
 
 from sharded.local_argmax import BUILTINS as ARGMAX_BUILTINS
+from sharded.local_sampling import SAMPLING_BUILTINS
 from sharded.local_top_k import TOPK_BUILTINS
 from sharded.no_exit import ImplementationExit, guarded
 
-BUILTINS = {**ARGMAX_BUILTINS, **TOPK_BUILTINS}
+BUILTINS = {**ARGMAX_BUILTINS, **TOPK_BUILTINS, **SAMPLING_BUILTINS}
 # Built-ins that live above this package (engines/) are named by MODULE:ATTR and imported only when asked for, so
 # that sharded/ never imports engines/.  The engine variants run anywhere.  The optional built-ins need what the
 # default install lacks (Triton, CUDA, an engine's wheel) and are offered by name only where they can run:
@@ -40,12 +41,13 @@ MOVED = {
 # replaying it imports that name only if it is a built-in or a public callable of one of these (``shipped``), since
 # a file received with a module beside it would otherwise run that module.  Anything else needs the user's word.
 SHIPPED_MODULES = frozenset(
-    {"tests.broken", "tests.broken_top_k", "engines.variants", "engines.sglang", "engines.vllm.layer"}
-    | {"engines.vllm.models", "engines.vllm.corrected", *MOVED}
+    {"tests.broken", "tests.broken_top_k", "tests.broken_sampling", "engines.variants", "engines.sglang"}
+    | {"engines.vllm.layer", "engines.vllm.models", "engines.vllm.corrected", *MOVED}
 )
 
 IMPL_ENV = "TPARGMAX_IMPL"
 TOPK_IMPL_ENV = "TPARGMAX_TOPK_IMPL"
+SAMPLING_IMPL_ENV = "TPARGMAX_SAMPLING_IMPL"
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ FIND_ONLY = settings(
 )
 
 
-BROKEN = ("tests.broken", "tests.broken_top_k")  # the deliberately broken implementations, argmax and top-k
+BROKEN = ("tests.broken", "tests.broken_top_k", "tests.broken_sampling")  # deliberately broken: argmax, top-k, samplers
 
 
 def broken_spec(name: str) -> str:
@@ -67,8 +67,11 @@ def failure(prop, impl: str | Impl, budget: settings = FIND_ONLY) -> str:
     spec or an :class:`Impl`); the message it failed with, or ''."""
     broken = impl if isinstance(impl, Impl) else load_impl(impl if ":" in impl else broken_spec(impl))
     given = {"impl": broken, "backend": "sim", "topk_impl": load_impl("topk_pairs")}
-    if "k" in inspect.signature(broken.fn).parameters:  # a top-k implementation: the argmax side is correct
-        given.update(topk_impl=broken, impl=load_impl("vllm_pairs"))
+    given["sampling_impl"] = load_impl("candidates")
+    wants = inspect.signature(broken.fn).parameters
+    if "k" in wants or "sampling" in wants:  # a top-k implementation or a sampler: the argmax side is correct
+        given.update(topk_impl=broken if "k" in wants else given["topk_impl"], impl=load_impl("vllm_pairs"))
+        given["sampling_impl"] = broken if "sampling" in wants else given["sampling_impl"]
     given["request"] = SimpleNamespace(node=SimpleNamespace(user_properties=[]))  # the d2t findings' sink
     try:
         with running_with(prop, budget) if hasattr(prop, "hypothesis") else nullcontext():

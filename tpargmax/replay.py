@@ -16,6 +16,7 @@ from pathlib import Path
 from groups.devices import check_backend
 from properties import repro, runner
 from properties.diagnose import ImplementationHung, PropertyFailure, explain_tokens
+from properties.sample_plans import SamplePlan
 from sharded.impls import load_impl, shipped
 
 
@@ -47,6 +48,10 @@ def replay(args: argparse.Namespace) -> int:
         )
         if "k" in record.get("extra", {}):  # a top-k find: the check below names the slot and both ids
             print(f"  k={record['extra']['k']}")
+        elif "sampling" in record.get("extra", {}):  # a sampler's find: the check below names the row
+            print(f"  sampling: {SamplePlan(**record['extra']['sampling'])!r}")
+        elif "distribution" in record.get("extra", {}):
+            print(f"  distribution: {record['extra']['distribution']}")
         else:
             for line in explain_tokens(impl, inputs):
                 print(f"  {line}")

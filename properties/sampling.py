@@ -1,0 +1,378 @@
+"""The sampling property bodies: tokens, kept sets and log-probabilities against the classic sampler.
+
+Like :mod:`properties.checks`, independent of Hypothesis so that meta-tests and repro files reuse them.  The
+oracle draws the implementation's declared noise (``fn.noise``) or the contract's, over the whole vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from hypothesis import event
+from hypothesis.control import currently_in_test_context
+
+from groups.devices import rank_device
+from properties import coverage
+from properties.cases import Inputs
+from properties.checks import run_valid
+from properties.diagnose import draft_targets, fail, non_token_rule, repro_extra
+from properties.runner import backend_tps, oracle_draft_logits, oracle_target_logits
+from properties.sample_plans import SamplePlan, plan_fields, sampling_params
+from properties.sampling_faults import name_fault
+from reference.sampling import (
+    Noise,
+    Sample,
+    SamplingParams,
+    classic_sample,
+    gumbel_noise,
+    has_probabilities,
+    log_probs,
+    mass_above,
+    masses,
+    scaled,
+    top_k_mask,
+)
+from sharded.impls import Impl
+
+SAMPLE_EXACT = "sampling token-exact with the classic sampler, given the same noise"
+SAMPLE_KEPT = "kept set: the classic top-k and top-p kept set, id for id"
+SAMPLE_LOG_PROBS = "log-probabilities within 8 float32 ulps of log_softmax in float64"
+SAMPLE_INVARIANCE = "sampling TP invariance and determinism: the same tokens for every tp, run after run"
+GREEDY_WRONG = "greedy row's token is not the argmax"
+SAMPLE_WRONG = "sampled token differs from the classic sampler's"
+LOG_PROB_ULPS = 8
+TOP_P_SLACK_ULPS = 16  # float64 ulps of the kept mass, plus 4 per kept token: see top_p_slack
+
+
+def top_p_slack(kept: int) -> float:
+    """The share of the kept mass within which a token's place against ``p`` may round either way.
+
+    Two exact sums of the same ``n`` positive float64 masses, taken in any order, differ by at most ``2(n-1)u``
+    of the total (``u = 2**-53``), the mass above a token likewise; each mass is one ``exp`` (1 ulp), or two and a
+    product where a rank's maximum shifts it (3 ulps).  ``above < p * total`` then moves by less than
+    ``(4n + 16) u`` of the total.
+    """
+    return (4 * kept + TOP_P_SLACK_ULPS) * 2.0**-53
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """What a sampler returned: tokens ``[B]``, log-probs ``[B, 2]`` or None, kept ids ``[B, K]`` or None, notes."""
+
+    tokens: torch.Tensor
+    log_probs: torch.Tensor | None
+    kept: torch.Tensor | None
+    notes: tuple[str, ...]
+
+
+def noise_of(impl: Impl) -> Noise:
+    """The noise the implementation declares (``fn.noise``), or the contract's."""
+    return getattr(impl.fn, "noise", gumbel_noise)
+
+
+def masks_of(impl: Impl) -> bool:
+    """Whether the implementation takes top-k and top-p (``fn.masks``, default True)."""
+    return bool(getattr(impl.fn, "masks", True))
+
+
+def plan_for(impl: Impl, plan: SamplePlan) -> SamplePlan:
+    """``plan`` as the implementation can take it: without masks for one that declares ``masks = False``."""
+    if masks_of(impl) or not plan.masked:
+        return plan
+    return SamplePlan(plan.temperature, "off", "off", plan.candidates, plan.seed)
+
+
+def params_of(inputs: Inputs, plan: SamplePlan) -> SamplingParams:
+    """The plan's per-row parameters for these inputs, computed once per Inputs and plan."""
+    key = f"sampling {plan!r}"
+    if key not in inputs.memo:
+        inputs.memo[key] = sampling_params(plan, inputs)
+    return inputs.memo[key]
+
+
+def unpack(out: object) -> Drawn | None:
+    parts = out if isinstance(out, tuple) else (out,)
+    if not 1 <= len(parts) <= 4:
+        return None
+    tokens, log_probs, kept, notes = (*parts, None, None, ())[:4] if len(parts) < 4 else parts
+    return Drawn(tokens, log_probs, kept, tuple(notes or ()))
+
+
+def run_sampler(impl: Impl, inputs: Inputs, plan: SamplePlan, prop: str) -> tuple[Drawn, SamplingParams]:
+    """Run a sampler on every rank; enforce the output contract and agreement across ranks."""
+    params = params_of(inputs, plan)
+    coverage.observe_sampling(params, lambda: scaled(oracle_target_logits(inputs)[0], params.to("cpu")))
+
+    def tweak(kw: dict) -> dict:
+        return {**kw, "sampling": params.to(rank_device(inputs.device, kw["layout"].rank))}
+
+    results = run_valid(impl, inputs, prop, tweak)
+    batch = inputs.case.batch
+    drawn = [unpack(out) for out in results]
+    for rank, d in enumerate(drawn):
+        problem = _contract(d, batch)
+        if problem:
+            fail(f"sampling output contract: rank {rank} returned {problem}", [], impl, inputs, prop)
+        first = drawn[0]
+        same = torch.equal(d.tokens, first.tokens) and _same_or_none(d.log_probs, first.log_probs)
+        if not same:
+            fail("ranks disagree on the sample", [f"rank 0 and rank {rank} differ"], impl, inputs, prop)
+    if currently_in_test_context():
+        for note in set(drawn[0].notes) - {""}:
+            event(note)
+    return drawn[0], params
+
+
+def _described(t: object) -> str:
+    return f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+
+
+def _contract(d: Drawn | None, batch: int) -> str:
+    """What is wrong with one rank's output, or ''."""
+    if d is None:
+        return "a tuple of other than 1 to 4 parts, expected (tokens, log_probs, kept, notes)"
+    t, lp, kept = d.tokens, d.log_probs, d.kept
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or tuple(t.shape) != (batch,):
+        return f"tokens {_described(t)}, expected int64 ({batch},)"
+    if lp is not None and (not isinstance(lp, torch.Tensor) or lp.dtype != torch.float32 or lp.shape != (batch, 2)):
+        return f"log_probs {_described(lp)}, expected float32 ({batch}, 2) or None"
+    if kept is not None and (not isinstance(kept, torch.Tensor) or kept.dtype != torch.int64 or kept.ndim != 2):
+        return f"kept {_described(kept)}, expected int64 ({batch}, K) ids or None"
+    return ""
+
+
+def _same_or_none(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    nan = a.isnan()
+    return torch.equal(nan, b.isnan()) and torch.equal(a.masked_fill(nan, 0.0), b.masked_fill(nan, 0.0))
+
+
+def oracle_sample(inputs: Inputs, params: SamplingParams, noise: Noise) -> Sample:
+    logits = oracle_draft_logits(inputs)
+    return classic_sample(logits, params.to(logits.device), inputs.d2t, inputs.target_vocab, noise)
+
+
+def _divergent(inputs: Inputs, want: Sample, row: int, token: int) -> bool:
+    """The named divergence of an all ``-inf`` row with d2t: the classic path takes target 0, a local path the
+    smallest target a draft id maps to."""
+    if inputs.d2t is None or int(want.tokens[row]) != 0:
+        return False
+    logits = oracle_draft_logits(inputs)[row]
+    return bool((logits == -math.inf).all()) and token == int(draft_targets(inputs).min())
+
+
+def _row_lines(params: SamplingParams, row: int, want: int, got: int, kept: torch.Tensor) -> list[str]:
+    t, k, p = float(params.temperature[row]), int(params.top_k[row]), float(params.top_p[row])
+    where = lambda tok: "kept" if tok < kept.shape[1] and bool(kept[row, tok]) else "masked"  # noqa: E731
+    return [
+        f"row {row}: temperature {t:g}, top_k {k}, top_p {p!r}, seed {int(params.seed[row])}",
+        f"row {row}: expected {want} ({where(want)}), got {got} ({where(got)})",
+    ]
+
+
+def check_sample_exact(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
+    with repro_extra(sampling=plan_fields(plan)):
+        drawn, params = run_sampler(impl, inputs, plan, SAMPLE_EXACT)
+        noise = noise_of(impl)
+        want = oracle_sample(inputs, params, noise)
+        tokens, expected = drawn.tokens.cpu(), want.tokens.cpu()
+        wrong = []
+        for row in (tokens != expected).nonzero().flatten().tolist():
+            if _divergent(inputs, want, row, int(tokens[row])):
+                if currently_in_test_context():
+                    event("named divergence: all -inf row with d2t, sampled")
+            else:
+                wrong.append(row)
+        if not wrong:
+            return
+        row, got = wrong[0], int(tokens[wrong[0]])
+        rule = non_token_rule(inputs, got) or name_fault(
+            inputs,
+            params,
+            noise,
+            wrong,
+            lambda toks, _kept, r: int(toks[r]) == int(tokens[r]),
+        )
+        if rule is None:
+            greedy = bool(params.greedy[row].item())
+            rule = (
+                "greedy row's token is not the argmax" if greedy else "sampled token differs from the classic sampler's"
+            )
+        lines = _row_lines(params.to("cpu"), row, int(expected[row]), got, want.kept.cpu())
+        fail(rule, lines, impl, inputs, SAMPLE_EXACT)
+
+
+def check_kept_set(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
+    """The kept ids of every sampled row are the classic kept set's, but for tokens within rounding of top-p's
+    boundary (:func:`top_p_slack`).  A sampler that reports no kept set (``None``) is judged by its tokens only."""
+    with repro_extra(sampling=plan_fields(plan)):
+        drawn, params = run_sampler(impl, inputs, plan, SAMPLE_KEPT)
+        if drawn.kept is None:
+            if currently_in_test_context():
+                event("kept set not reported")
+            return
+        want = oracle_sample(inputs, params, noise_of(impl))
+        classic, got_ids = want.kept.cpu(), drawn.kept.cpu()
+        params = params.to("cpu")
+        loose = _boundary(inputs, params)
+        wrong = []
+        for row in range(inputs.case.batch):
+            got = torch.zeros_like(classic[row])
+            ids = got_ids[row][got_ids[row] >= 0]
+            outside = ids[ids >= got.numel()]
+            if outside.numel():
+                fail(f"kept set holds id {int(outside[0])} beyond the target vocabulary", [], impl, inputs, SAMPLE_KEPT)
+            got[ids] = True
+            differ = (got != classic[row]) & ~loose[row]
+            if bool(differ.any()) and not _divergent(inputs, want, row, int(drawn.tokens[row])):
+                wrong.append((row, got, differ))
+        if not wrong:
+            return
+        row, got, differ = wrong[0]
+        masks = {r: g for r, g, _ in wrong}
+        rule = name_fault(
+            inputs,
+            params,
+            noise_of(impl),
+            list(masks),
+            lambda _toks, kept, r: torch.equal((kept[r] != masks[r]) & ~loose[r], torch.zeros_like(masks[r])),
+        )
+        missing, extra = (classic[row] & ~got & differ).nonzero().flatten(), (got & ~classic[row] & differ).nonzero()
+        lines = [
+            f"row {row}: temperature {float(params.temperature[row]):g}, top_k {int(params.top_k[row])}, "
+            f"top_p {float(params.top_p[row])!r}",
+            f"row {row}: {len(missing)} kept id(s) missing (first {missing[:5].tolist()}), "
+            f"{len(extra)} dropped id(s) kept (first {extra.flatten()[:5].tolist()})",
+        ]
+        fail(rule or "kept set differs from the classic top-k and top-p", lines, impl, inputs, SAMPLE_KEPT)
+
+
+def _boundary(inputs: Inputs, params: SamplingParams) -> torch.Tensor:
+    """bool ``[B, V_target]``: tokens whose mass above them lies within :func:`top_p_slack` of ``p`` times the kept
+    mass, whose place rounding may decide."""
+    full, _ = oracle_target_logits(inputs)
+    x = scaled(full, params)
+    kept = top_k_mask(x, params.top_k)
+    e = masses(x, kept)
+    above = mass_above(x.masked_fill(~kept, -math.inf), e)
+    total = e.sum(dim=1, keepdim=True)
+    slack = torch.tensor([top_p_slack(int(n)) for n in kept.sum(dim=1)], dtype=torch.float64).unsqueeze(1)
+    near = (above - params.top_p.double().unsqueeze(1) * total).abs() <= slack * total
+    on = (params.top_p < 1) & has_probabilities(x, kept) & ~params.greedy
+    return near & kept & on.unsqueeze(1)
+
+
+def ulps_apart(got: torch.Tensor, want: torch.Tensor, magnitude: torch.Tensor) -> torch.Tensor:
+    """How many float32 ulps of ``magnitude`` lie between ``got`` and the float64 ``want``; 0 where both are NaN,
+    infinite where only one is."""
+    ulp = torch.finfo(torch.float32).eps * magnitude.clamp(min=1.0)
+    gap = (got.double() - want).abs() / ulp
+    both = got.isnan() & want.isnan()
+    one = got.isnan() ^ want.isnan()
+    return torch.where(both, 0.0, torch.where(one, math.inf, gap.nan_to_num(nan=0.0, posinf=math.inf)))
+
+
+def _magnitudes(inputs: Inputs, params: SamplingParams, exact: torch.Tensor) -> torch.Tensor:
+    """float64 ``[B, 2]``: the larger of the exact log-prob and the row's largest finite raw logit (processed: ``x``),
+    the size of the numbers a float32 log-softmax subtracts."""
+    logits = oracle_draft_logits(inputs).cpu()
+    largest = []
+    for t in (logits.float(), scaled(logits, params)):
+        finite = t.double().masked_fill(~torch.isfinite(t), 0.0).abs().amax(dim=1)
+        largest.append(finite)
+    return torch.maximum(exact.abs().nan_to_num(0.0, 0.0, 0.0), torch.stack(largest, dim=1))
+
+
+def _per_shard(inputs: Inputs, values: torch.Tensor, row: int) -> torch.Tensor:
+    """float64 ``[V_target]``: each token's ``log_softmax`` over its own rank's tokens only (the per-shard fault)."""
+    draft = torch.arange(inputs.vocab)
+    targets = draft if inputs.d2t is None else draft + inputs.d2t.cpu()
+    out = torch.full_like(values[row], math.nan)
+    for lay in inputs.layouts:
+        mine = targets[lay.token_ids()]
+        if mine.numel():
+            out[mine] = torch.log_softmax(values[row, mine], dim=0)
+    return out
+
+
+def check_log_probs(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
+    """The chosen token's raw and processed log-probabilities within :data:`LOG_PROB_ULPS` float32 ulps of the
+    larger of the exact value and the row's largest finite logit (or ``x``) of ``log_softmax`` in float64."""
+    with repro_extra(sampling=plan_fields(plan)):
+        drawn, params = run_sampler(impl, inputs, plan, SAMPLE_LOG_PROBS)
+        if drawn.log_probs is None:
+            if currently_in_test_context():
+                event("log-probabilities not reported")
+            return
+        want = oracle_sample(inputs, params, noise_of(impl))
+        params, tokens = params.to("cpu"), drawn.tokens.cpu()
+        if not bool(((tokens >= 0) & (tokens < want.kept.shape[1])).all()):
+            return  # not a token: the exactness property's failure
+        full, _ = oracle_target_logits(inputs)
+        exact = log_probs(full, scaled(full, params), want.kept.cpu(), tokens, params.greedy)  # at its own tokens
+        got = drawn.log_probs.cpu()
+        apart = ulps_apart(got, exact, _magnitudes(inputs, params, exact))
+        bad = (apart > LOG_PROB_ULPS).nonzero()
+        if bad.numel():
+            row, which = (int(v) for v in bad[0])
+            kind = ("raw", "processed")[which]
+            x = scaled(full, params)
+            shard = _per_shard(inputs, (full.double(), x.double().masked_fill(~want.kept.cpu(), -math.inf))[which], row)
+            per_shard = abs(float(got[row, which]) - float(shard[int(tokens[row])])) <= LOG_PROB_ULPS * float(
+                torch.finfo(torch.float32).eps * max(1.0, abs(float(shard[int(tokens[row])])))
+            )
+            fail(
+                f"{kind} log-probability normalised per shard: the owner rank's log-sum-exp, not the row's"
+                if per_shard
+                else f"{kind} log-probability more than {LOG_PROB_ULPS} float32 ulps from log_softmax in float64",
+                [
+                    f"row {row}: expected {float(exact[row, which])!r}, got {float(got[row, which])!r} "
+                    f"({float(apart[row, which]):.3g} ulps)"
+                ],
+                impl,
+                inputs,
+                SAMPLE_LOG_PROBS,
+            )
+
+
+def check_sample_invariance(impl: Impl, inputs: Inputs, plan: SamplePlan, tps: list[int] | None = None) -> None:
+    """The same tokens twice in a row, and at each tp of ``tps`` (default: every other tp the backend runs)."""
+    others = [tp for tp in (backend_tps(inputs.backend) if tps is None else tps) if tp != inputs.tp]
+    with repro_extra(sampling=plan_fields(plan), tps=others):
+        first, _ = run_sampler(impl, inputs, plan, SAMPLE_INVARIANCE)
+        second, _ = run_sampler(impl, inputs, plan, SAMPLE_INVARIANCE)
+        if not torch.equal(first.tokens, second.tokens):
+            row = int((first.tokens != second.tokens).nonzero()[0])
+            lines = [f"row {row}: {int(first.tokens[row])} then {int(second.tokens[row])}"]
+            fail("sampling nondeterminism: two runs on identical input differ", lines, impl, inputs, SAMPLE_INVARIANCE)
+        for tp in others:
+            side = inputs.with_tp(tp)
+            other, params = run_sampler(impl, side, plan, SAMPLE_INVARIANCE)
+            if not torch.equal(other.tokens.cpu(), first.tokens.cpu()):
+                row = int((other.tokens.cpu() != first.tokens.cpu()).nonzero()[0])
+                low, high = sorted((inputs.tp, tp))
+                fail(
+                    f"sampling TP invariance: tokens differ between tp={low} and tp={high}"
+                    + _side_fault(impl, params, [(inputs, first), (side, other)], row),
+                    [f"row {row}: {int(first.tokens[row])} at tp={inputs.tp}, {int(other.tokens[row])} at tp={tp}"],
+                    impl,
+                    inputs,
+                    SAMPLE_INVARIANCE,
+                )
+
+
+def _side_fault(impl: Impl, params: SamplingParams, sides: list[tuple[Inputs, Drawn]], row: int) -> str:
+    """``"; RULE"`` for the fault that explains the side whose token on ``row`` is not the classic sampler's."""
+    noise = noise_of(impl)
+    for inputs, drawn in sides:
+        want = oracle_sample(inputs, params, noise).tokens.cpu()
+        token = int(drawn.tokens[row])
+        if token != int(want[row]):
+            rule = non_token_rule(inputs, token) or name_fault(
+                inputs, params, noise, [row], lambda toks, _kept, r, token=token: int(toks[r]) == token
+            )
+            return f"; {rule}" if rule else ""
+    return ""

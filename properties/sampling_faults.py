@@ -1,0 +1,151 @@
+"""Models of the ways a sharded sampler goes wrong, each a variation of the classic sampler that names its rule.
+
+A failure is named by the first model whose tokens (or kept sets) equal the implementation's on every wrong row;
+a model is evidence, never a verdict: the verdict is the classic sampler's.  Like ``properties.faults`` for argmax.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import torch
+
+from properties.cases import Inputs
+from properties.runner import oracle_target_logits
+from reference.sampling import (
+    Noise,
+    SamplingParams,
+    scaled,
+    top_k_mask,
+    top_p_mask,
+)
+from reference.topk import top_k_ids
+
+NOISE_BY_COLUMN = "noise keyed by shard column, not by global id"
+NOISE_BY_DRAFT_ID = "noise keyed by draft id, not by target id (d2t)"
+TEMPERATURE_AFTER_NOISE = "temperature applied after the noise: (logit + noise) / T"
+NOISE_BEFORE_MASKS = "noise added before the masks: top-k and top-p chose on noised logits"
+TOP_K_TIES_DROPPED = "top-k dropped tokens tied at the k-th value"
+# drawn from the candidates alone (each rank's top C) where they may miss a kept token; named by the row's masks
+TOP_P_OVER_CANDIDATES = "top-p normalised over the candidates only, not over every kept token"
+NO_FALLBACK_K_ABOVE_C = "top-k above the candidates C taken from the candidates: no fallback"
+NO_FALLBACK_TIED_AT_C = "top-k taken from candidates whose C-th value ties the k-th: no fallback"
+NO_FALLBACK_NO_MASK = "sampled from the candidates alone without a mask (every token can win): no fallback"
+GREEDY_SAMPLED = "greedy row (temperature 0) sampled: noise added to an argmax row"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How a faulty sampler departs from the classic one."""
+
+    key: str = "target"  # what the noise is keyed by: target, column (a rank's row index) or draft id
+    temperature_after_noise: bool = False
+    noise_before_masks: bool = False
+    exact_k: bool = False  # top-k keeps exactly k, by id on ties
+    candidates_only: bool = False  # masks and draw over each rank's top C tokens alone
+    greedy_sampled: bool = False
+
+
+MODELS: tuple[tuple[str, Variant], ...] = (
+    (GREEDY_SAMPLED, Variant(greedy_sampled=True)),
+    (NOISE_BY_DRAFT_ID, Variant(key="draft")),
+    (NOISE_BY_COLUMN, Variant(key="column")),
+    (TEMPERATURE_AFTER_NOISE, Variant(temperature_after_noise=True)),
+    (NOISE_BEFORE_MASKS, Variant(noise_before_masks=True)),
+    (TOP_K_TIES_DROPPED, Variant(exact_k=True)),
+    ("", Variant(candidates_only=True)),  # named by the row: candidates_rule
+)
+
+
+def candidates_rule(params: SamplingParams, row: int, vocab: int) -> str:
+    """Which missing fallback drawing from the candidates alone shows on ``row``, by its masks."""
+    k, p, c = int(params.top_k[row]), float(params.top_p[row]), params.candidates
+    if 0 < k < vocab:
+        return NO_FALLBACK_K_ABOVE_C if k > c else NO_FALLBACK_TIED_AT_C
+    return TOP_P_OVER_CANDIDATES if p < 1 else NO_FALLBACK_NO_MASK
+
+
+def noise_keys(inputs: Inputs, key: str) -> torch.Tensor:
+    """int64 ``[V_target]``: the id each target's noise is keyed by under ``key``."""
+    vocab = inputs.target_vocab if inputs.d2t is not None else inputs.vocab
+    draft = torch.arange(inputs.vocab)
+    targets = draft if inputs.d2t is None else draft + inputs.d2t.cpu()
+    keys = torch.arange(vocab)
+    if key == "draft":
+        keys[targets] = draft
+    elif key == "column":
+        for lay in inputs.layouts:
+            keys[targets[lay.token_ids()]] = lay.token_rows()
+    return keys
+
+
+def candidate_set(inputs: Inputs, x: torch.Tensor, c: int) -> torch.Tensor:
+    """bool ``[B, V_target]``: the union of every rank's top ``c`` tokens by (x, target id)."""
+    draft = torch.arange(inputs.vocab)
+    targets = draft if inputs.d2t is None else draft + inputs.d2t.cpu()
+    found = torch.zeros_like(x, dtype=torch.bool)
+    for lay in inputs.layouts:
+        mine = targets[lay.token_ids()]
+        if not mine.numel():
+            continue
+        ranked = top_k_ids(x[:, mine], min(c, mine.numel()))
+        found.scatter_(1, mine[ranked], True)
+    return found
+
+
+def variant_sample(
+    inputs: Inputs, params: SamplingParams, noise: Noise, variant: Variant
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens ``[B]`` and kept masks ``[B, V_target]`` of the classic sampler departed from by ``variant`` (CPU)."""
+    params = params.to("cpu")
+    full, mapped = oracle_target_logits(inputs)
+    if variant.greedy_sampled:
+        params = replace(params, temperature=torch.where(params.greedy, 1.0, params.temperature))
+    x = scaled(full, params)
+    g = noise(params.seed, noise_keys(inputs, variant.key)).cpu()
+    chosen_on = x + g if variant.noise_before_masks else x
+    pool = mapped.expand_as(x)
+    if variant.candidates_only:
+        pool = pool & candidate_set(inputs, x, params.candidates)
+    within = chosen_on.masked_fill(~pool, -math.inf)
+    kept = _exact_k(within, params.top_k) if variant.exact_k else top_k_mask(within, params.top_k)
+    kept = top_p_mask(within, kept & pool, params.top_p)
+    if variant.temperature_after_noise:
+        t = torch.where(params.greedy, 1.0, params.temperature).unsqueeze(1)
+        score = (full.float() + g) / t
+    else:
+        score = x + g
+    tokens = torch.where(params.greedy, full.argmax(dim=1), score.masked_fill(~kept, -math.inf).argmax(dim=1))
+    one = torch.arange(x.shape[1]).unsqueeze(0) == tokens.unsqueeze(1)  # a greedy row keeps its token alone
+    return tokens, torch.where(params.greedy.unsqueeze(1), one, kept)
+
+
+def _exact_k(x: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Exactly k tokens per row (ties at the k-th value by id), rows with k off keep everything."""
+    vocab = x.shape[1]
+    kept = torch.ones_like(x, dtype=torch.bool)
+    for row, k in enumerate(top_k.tolist()):
+        if 0 < k < vocab:
+            kept[row] = False
+            kept[row, top_k_ids(x[row : row + 1], k)[0]] = True
+    return kept
+
+
+def name_fault(
+    inputs: Inputs,
+    params: SamplingParams,
+    noise: Noise,
+    rows: list[int],
+    agrees: Callable[[torch.Tensor, torch.Tensor, int], bool],
+) -> str | None:
+    """The first model that ``agrees`` with the implementation on every row of ``rows`` (given the model's tokens
+    and kept masks), or None."""
+    for rule, variant in MODELS:
+        if variant.key == "draft" and inputs.d2t is None:
+            continue
+        tokens, kept = variant_sample(inputs, params, noise, variant)
+        if all(agrees(tokens, kept, row) for row in rows):
+            return rule or candidates_rule(params.to("cpu"), rows[0], inputs.vocab)
+    return None

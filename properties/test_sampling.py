@@ -1,0 +1,61 @@
+"""Sampling on vocab-sharded logits against the classic sampler: tokens, kept sets, log-probs, invariance,
+and the distribution itself.
+
+Every case the argmax properties draw, with a :class:`~properties.sample_plans.SamplePlan` per example: greedy,
+tiny, unit and large temperatures mixed in one batch; top-k from 1 to the vocabulary with ties at the k-th value;
+top-p with the mass planted at p; candidates C below, at and above k.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from properties.distribution import DISTRIBUTION_CASES, check_distribution
+from properties.runner import backend_tps, prepare
+from properties.sample_plans import SamplePlan, sample_plans
+from properties.sampling import (
+    check_kept_set,
+    check_log_probs,
+    check_sample_exact,
+    check_sample_invariance,
+    masks_of,
+    plan_for,
+)
+from properties.strategies import cases, with_edge_cases
+
+EDGE_PLAN = SamplePlan(temperature="mixed", top_k="at_tie", top_p="at_mass", candidates=4)
+
+
+@with_edge_cases(plan=EDGE_PLAN)
+@given(case=cases(), plan=sample_plans())
+def test_sample_exact(sampling_impl, backend, case, plan):
+    check_sample_exact(sampling_impl, prepare(case, backend), plan_for(sampling_impl, plan))
+
+
+@given(case=cases(), plan=sample_plans())
+def test_kept_set(sampling_impl, backend, case, plan):
+    check_kept_set(sampling_impl, prepare(case, backend), plan_for(sampling_impl, plan))
+
+
+@given(case=cases(), plan=sample_plans())
+def test_sample_log_probs(sampling_impl, backend, case, plan):
+    check_log_probs(sampling_impl, prepare(case, backend), plan_for(sampling_impl, plan))
+
+
+@given(case=cases(int_weights=True), plan=sample_plans(), data=st.data())
+def test_sample_invariance(sampling_impl, backend, case, plan, data):
+    inputs = prepare(case, backend)
+    others = [tp for tp in backend_tps(backend) if tp != inputs.tp]
+    tps = [data.draw(st.sampled_from(others), label="other tp")] if others else []
+    check_sample_invariance(sampling_impl, inputs, plan_for(sampling_impl, plan), tps)
+
+
+@pytest.mark.parametrize("index", range(len(DISTRIBUTION_CASES)), ids=[c.name for c in DISTRIBUTION_CASES])
+def test_sampled_distribution(sampling_impl, index):
+    """A chi-square test of many pinned seeds against softmax(logits / T) over the kept set (false alarm < 1e-9)."""
+    case = DISTRIBUTION_CASES[index]
+    if case.masked and not masks_of(sampling_impl):
+        pytest.skip(f"{sampling_impl} samples without top-k or top-p")
+    check_distribution(sampling_impl, case)

@@ -1,0 +1,188 @@
+"""Deliberately broken samplers: each has one bug the sampling properties must catch, and name.
+
+They are written from the bug's description, not from the suite's fault models: a small sharded sampler that
+exchanges every rank's (x, noise, target id) rows (or each rank's top C of them) and applies the masks to what it
+received, with one thing done wrong.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from reference.sampling import SamplingParams, gumbel_noise, top_k_mask, top_p_mask
+from reference.topk import top_k_ids
+from sharded.keys import encode_keys
+from sharded.layout import ShardLayout
+from sharded.local_argmax import checked_shard_logits, token_logits
+from sharded.local_sampling import gumbel_pairs_with
+
+
+def _sample(
+    hidden,
+    weight,
+    bias,
+    layout: ShardLayout,
+    *,
+    sampling: SamplingParams,
+    scale=1.0,
+    soft_cap=None,
+    d2t=None,
+    group,
+    key: str = "target",
+    temperature_after: bool = False,
+    noise_first: bool = False,
+    greedy_sampled: bool = False,
+    exact_k: bool = False,
+    per_rank: int | None = None,
+    shard_log_prob: bool = False,
+):
+    """Gather each rank's token rows (or its top ``per_rank``), then mask, add noise and take the first maximum."""
+    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
+    values, ids = token_logits(logits, layout)
+    targets = ids if d2t is None else ids + d2t[ids]
+    temperature = sampling.temperature
+    if greedy_sampled:
+        temperature = torch.where(temperature == 0, 1.0, temperature)
+    greedy = temperature == 0
+    t = torch.where(greedy, 1.0, temperature).unsqueeze(1)
+    x = values.float() / t
+    keyed = {"target": targets, "draft": ids, "column": layout.token_rows()}[key]
+    g = gumbel_noise(sampling.seed, keyed)
+    owner_lse = torch.logsumexp(values.double(), dim=1)
+    if per_rank is not None and ids.numel() > per_rank:
+        top = encode_keys(x, targets.expand_as(x)).topk(per_rank, dim=1).indices  # by x, ties by target id
+        x, g, values = x.gather(1, top), g.gather(1, top), values.gather(1, top)
+        cols = targets[top]
+    else:
+        cols = targets.expand(x.shape[0], -1)
+    width = layout.size
+    pad = width - x.shape[1]
+    rows = torch.stack(
+        [
+            torch.nn.functional.pad(x.double(), (0, pad), value=-math.inf),
+            torch.nn.functional.pad(g.double(), (0, pad), value=0.0),
+            torch.nn.functional.pad(values.double(), (0, pad), value=-math.inf),
+            torch.nn.functional.pad(cols.double(), (0, pad), value=-1.0),
+        ]
+    )
+    every = group.all_gather(rows)  # [tp, 4, B, width]
+    lse = group.all_gather(owner_lse)  # [tp, B]
+    xs, gs, raws, tid = (every[:, i].permute(1, 0, 2).reshape(x.shape[0], -1) for i in range(4))
+    valid = tid >= 0
+    xs = xs.float().masked_fill(~valid, -math.inf)
+    order = tid.masked_fill(~valid, 2**40).argsort(dim=1)  # by target id, as the classic row is
+    xs, gs, raws, tid, valid = (a.gather(1, order) for a in (xs, gs, raws, tid, valid))
+    batch = xs.shape[0]
+    tokens = torch.empty(batch, dtype=torch.int64)
+    log_probs = torch.empty(batch, 2, dtype=torch.float64)
+    kept_ids = torch.full(xs.shape, -1, dtype=torch.int64)
+    for row in range(batch):
+        v, n, r, ids_row = xs[row][valid[row]], gs[row][valid[row]].float(), raws[row][valid[row]], tid[row][valid[row]]
+        chosen_on = v + n if noise_first else v
+        kept = torch.ones_like(v, dtype=torch.bool)
+        if not bool(greedy[row]):
+            k, p = sampling.top_k[row : row + 1], sampling.top_p[row : row + 1]
+            kept = top_k_mask(chosen_on[None], k)[0]
+            if exact_k and 0 < int(k) < v.numel():  # the first k by value, ties by position: the rest dropped
+                kept = torch.zeros_like(kept)
+                kept[top_k_ids(chosen_on[None], int(k))[0]] = True
+            kept = top_p_mask(chosen_on[None], kept[None], p)[0]
+        if bool(greedy[row]):
+            score = v
+        elif temperature_after:
+            score = (r.float() + n) / float(t[row])
+        else:
+            score = v + n
+        best = int(score.masked_fill(~kept, -math.inf).argmax())
+        tokens[row] = ids_row[best]
+        raw_lp = torch.log_softmax(r, dim=0)[best]
+        if shard_log_prob:  # normalised by the owner rank's own log-sum-exp
+            owner = int((every[:, 3, row] == float(ids_row[best])).any(dim=1).nonzero()[0])
+            raw_lp = r[best] - lse[owner, row]
+        processed = torch.log_softmax(v.double().masked_fill(~kept, -math.inf), dim=0)[best]
+        log_probs[row] = torch.stack([raw_lp, raw_lp if bool(greedy[row]) else processed])
+        mine = ids_row[best : best + 1] if bool(greedy[row]) else ids_row[kept]
+        kept_ids[row, : mine.numel()] = mine
+    return tokens, log_probs.float(), kept_ids, ()
+
+
+def _broken(name: str, doc: str, **fault):
+    def impl(hidden, weight, bias, layout, *, sampling, scale=1.0, soft_cap=None, d2t=None, group):
+        given = {"sampling": sampling, "scale": scale, "soft_cap": soft_cap, "d2t": d2t, "group": group}
+        return _sample(hidden, weight, bias, layout, **given, **fault)
+
+    impl.__name__ = impl.__qualname__ = name
+    impl.__doc__ = doc
+    return impl
+
+
+gathered_sampler = _broken("gathered_sampler", "No bug: the broken samplers' common body, for the meta-tests.")
+noise_by_column = _broken("noise_by_column", "Keys each token's noise by its row in the shard.", key="column")
+noise_by_draft_id = _broken("noise_by_draft_id", "Keys the noise by draft id, before d2t.", key="draft")
+temperature_after_noise = _broken("temperature_after_noise", "(logit + noise) / T.", temperature_after=True)
+noise_before_masks = _broken("noise_before_masks", "Top-k and top-p choose on noised logits.", noise_first=True)
+greedy_rows_sampled = _broken("greedy_rows_sampled", "Samples temperature-0 rows at T = 1.", greedy_sampled=True)
+top_k_drops_ties = _broken("top_k_drops_ties", "Keeps exactly k tokens: ties at the k-th value dropped.", exact_k=True)
+log_prob_per_shard = _broken(
+    "log_prob_per_shard", "The raw log-probability normalised by the owner rank's log-sum-exp.", shard_log_prob=True
+)
+
+
+def _from_candidates_where(rows: torch.Tensor, **given):
+    """Rows ``rows`` drawn from each rank's top C candidates alone, the others from every token."""
+    full = _sample(**given)
+    alone = _sample(**given, per_rank=given["sampling"].candidates)
+    pick = rows.unsqueeze(1)
+    width = max(full[2].shape[1], alone[2].shape[1])
+    kept = [torch.nn.functional.pad(k, (0, width - k.shape[1]), value=-1) for k in (full[2], alone[2])]
+    return (
+        torch.where(rows, alone[0], full[0]),
+        torch.where(pick, alone[1], full[1]),
+        torch.where(pick, kept[1], kept[0]),
+        (),
+    )
+
+
+def no_fallback_k_above_c(hidden, weight, bias, layout, *, sampling, scale=1.0, soft_cap=None, d2t=None, group):
+    """Takes top-k from each rank's top C candidates even when k > C."""
+    k_above = (sampling.top_k > sampling.candidates) & (sampling.top_k < layout.vocab)
+    return _from_candidates_where(
+        k_above,
+        hidden=hidden,
+        weight=weight,
+        bias=bias,
+        layout=layout,
+        sampling=sampling,
+        scale=scale,
+        soft_cap=soft_cap,
+        d2t=d2t,
+        group=group,
+    )
+
+
+def top_p_over_candidates(hidden, weight, bias, layout, *, sampling, scale=1.0, soft_cap=None, d2t=None, group):
+    """Top-p without top-k over each rank's top C candidates, normalised over them only."""
+    top_p_only = ((sampling.top_k == 0) | (sampling.top_k >= layout.vocab)) & (sampling.top_p < 1)
+    return _from_candidates_where(
+        top_p_only,
+        hidden=hidden,
+        weight=weight,
+        bias=bias,
+        layout=layout,
+        sampling=sampling,
+        scale=scale,
+        soft_cap=soft_cap,
+        d2t=d2t,
+        group=group,
+    )
+
+
+def _every_16(seeds: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Noise that repeats every 16 ids: tokens 16 apart always draw the same."""
+    return gumbel_noise(seeds, ids % 16)
+
+
+# Declares its noise honestly (the oracle draws the same), so only the distribution property can see the bug.
+noise_repeats_every_16_ids = gumbel_pairs_with(_every_16, "noise_repeats_every_16_ids")
