@@ -53,6 +53,15 @@ def replay_command(impl: object, inputs: Inputs, k: int | None = None, sampling:
     return f'python -m properties.replay --impl {impl}{width} --backend {backend}{device} "{inputs.case!r}"'
 
 
+def recorded_replay(repro: dict) -> str:
+    """The replay command of a failure's record (``PropertyFailure.repro``), whatever its property needs."""
+    extra = repro["extra"]
+    if "distribution" in extra:  # many seeds of one pinned case: the test itself replays it
+        test = f"properties/test_sampling.py::test_sampled_distribution[{repro['impl']}-{extra['distribution']}]"
+        return f"python -m pytest '{test}' --sampling-impl {repro['impl']} -p no:xdist"
+    return replay_command(repro["impl"], repro["inputs"], extra.get("k"), extra.get("sampling"))
+
+
 def fail(
     rule: str,
     details: list[str],
@@ -89,9 +98,8 @@ def repro_extra(**extra: object) -> Iterator[None]:
         yield
     except (PropertyFailure, ImplementationHung) as exc:
         exc.repro["extra"].update(extra)
-        if "sampling" in extra:  # the replay line must name the plan too
-            repro = exc.repro
-            line = f"  replay: {replay_command(repro['impl'], repro['inputs'], None, extra['sampling'])}"
+        if "sampling" in extra or "distribution" in extra:  # the replay line must name the plan too
+            line = f"  replay: {recorded_replay(exc.repro)}"
             exc.args = ("\n".join(line if s.startswith("  replay: ") else s for s in str(exc).split("\n")),)
         raise
 

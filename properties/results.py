@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from properties.diagnose import replay_command
+from properties.diagnose import recorded_replay
 
 RESULTS = pytest.StashKey[list]()
 
@@ -25,12 +25,11 @@ def failure(exc: BaseException, repro_file: str | None) -> dict[str, Any]:
     lines = lines[:cut]  # a rank's traceback stays in pytest's report
     repro = getattr(exc, "repro", None)
     inputs = repro["inputs"] if repro else None
-    extra = repro["extra"] if repro else {}
     return {
         "rule": repro["rule"] if repro else _short(f"{type(exc).__name__}: {lines[0]}"),
         "property": repro["property"] if repro else None,
         "case": repr(inputs.case) if repro else None,
-        "replay": replay_command(repro["impl"], inputs, extra.get("k"), extra.get("sampling")) if repro else None,
+        "replay": recorded_replay(repro) if repro else None,
         "repro_file": repro_file,
         "details": [line.strip() for line in lines[1:] if not line.strip().startswith(("case:", "replay:"))][:8],
     }

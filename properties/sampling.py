@@ -7,7 +7,7 @@ oracle draws the implementation's declared noise (``fn.noise``) or the contract'
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from hypothesis import event
@@ -20,7 +20,7 @@ from properties.checks import run_valid
 from properties.diagnose import draft_targets, fail, non_token_rule, repro_extra
 from properties.runner import backend_tps, oracle_draft_logits, oracle_target_logits
 from properties.sample_plans import SamplePlan, plan_fields, sampling_params
-from properties.sampling_faults import name_fault
+from properties.sampling_faults import Variant, name_fault, variant_sample
 from reference.sampling import (
     Noise,
     Sample,
@@ -104,6 +104,11 @@ def run_sampler(impl: Impl, inputs: Inputs, plan: SamplePlan, prop: str) -> tupl
     """Run a sampler on every rank; enforce the output contract and agreement across ranks."""
     params = params_of(inputs, plan)
     coverage.observe_sampling(params, lambda: scaled(oracle_target_logits(inputs)[0], params.to("cpu")))
+    return run_with(impl, inputs, params, prop), params
+
+
+def run_with(impl: Impl, inputs: Inputs, params: SamplingParams, prop: str) -> Drawn:
+    """:func:`run_sampler` with the parameters given."""
 
     def tweak(kw: dict) -> dict:
         return {**kw, "sampling": params.to(rank_device(inputs.device, kw["layout"].rank))}
@@ -122,7 +127,7 @@ def run_sampler(impl: Impl, inputs: Inputs, plan: SamplePlan, prop: str) -> tupl
     if currently_in_test_context():
         for note in set(drawn[0].notes) - {""}:
             event(note)
-    return drawn[0], params
+    return drawn[0]
 
 
 def _described(t: object) -> str:
@@ -189,12 +194,14 @@ def check_sample_exact(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
         if not wrong:
             return
         row, got = wrong[0], int(tokens[wrong[0]])
+        judged = [r for r in range(inputs.case.batch) if r in wrong or int(tokens[r]) == int(expected[r])]
         rule = non_token_rule(inputs, got) or name_fault(
             inputs,
             params,
             noise,
-            wrong,
+            judged,
             lambda toks, _kept, r: int(toks[r]) == int(tokens[r]),
+            _unmoved(impl, inputs, params, tokens, SAMPLE_EXACT),
         )
         if rule is None:
             greedy = bool(params.greedy[row].item())
@@ -203,6 +210,29 @@ def check_sample_exact(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
             )
         lines = _row_lines(params.to("cpu"), row, int(expected[row]), got, want.kept.cpu())
         fail(rule, lines, impl, inputs, SAMPLE_EXACT)
+
+
+def _unmoved(impl: Impl, inputs: Inputs, params: SamplingParams, tokens: torch.Tensor, prop: str):
+    """Confirms a mask fault by its claim and by experiment.  A skipped mask's claim: the first wrong row's token
+    lies outside that mask (top-p: inside top-k).  The experiment, for every mask fault: rerun the sampler with
+    top-k 1 and no top-p on every row, where a mask applied to noised logits and a mask skipped part ways, and the
+    model must predict its tokens."""
+
+    def confirm(variant: Variant) -> bool:
+        if not (variant.skip or variant.noise_before_masks):
+            return True
+        if variant.skip:
+            wrong = (tokens != oracle_sample(inputs, params, noise_of(impl)).tokens.cpu()).nonzero().flatten()
+            row, token = int(wrong[0]), int(tokens[wrong[0]])
+            cpu = params.to("cpu")
+            by_k = top_k_mask(scaled(oracle_target_logits(inputs)[0], cpu), cpu.top_k)[row]
+            if not 0 <= token < by_k.numel() or bool(by_k[token]) != (variant.skip == "top_p"):
+                return False
+        probe = replace(params, top_k=torch.ones_like(params.top_k), top_p=torch.ones_like(params.top_p))
+        again = run_with(impl, inputs, probe, prop).tokens.cpu()
+        return torch.equal(again, variant_sample(inputs, probe, noise_of(impl), variant)[0])
+
+    return confirm
 
 
 def check_kept_set(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
@@ -218,7 +248,7 @@ def check_kept_set(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
         classic, got_ids = want.kept.cpu(), drawn.kept.cpu()
         params = params.to("cpu")
         loose = _boundary(inputs, params)
-        wrong = []
+        wrong, masks = [], {}
         for row in range(inputs.case.batch):
             got = torch.zeros_like(classic[row])
             ids = got_ids[row][got_ids[row] >= 0]
@@ -227,18 +257,21 @@ def check_kept_set(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
                 fail(f"kept set holds id {int(outside[0])} beyond the target vocabulary", [], impl, inputs, SAMPLE_KEPT)
             got[ids] = True
             differ = (got != classic[row]) & ~loose[row]
-            if bool(differ.any()) and not _divergent(inputs, want, row, int(drawn.tokens[row])):
+            if _divergent(inputs, want, row, int(drawn.tokens[row])):
+                continue
+            masks[row] = got
+            if bool(differ.any()):
                 wrong.append((row, got, differ))
         if not wrong:
             return
         row, got, differ = wrong[0]
-        masks = {r: g for r, g, _ in wrong}
         rule = name_fault(
             inputs,
             params,
             noise_of(impl),
-            list(masks),
-            lambda _toks, kept, r: torch.equal((kept[r] != masks[r]) & ~loose[r], torch.zeros_like(masks[r])),
+            [r for r in range(inputs.case.batch) if r in masks],
+            lambda _toks, kept, r: not bool(((kept[r] != masks[r]) & ~loose[r]).any()),
+            _unmoved(impl, inputs, params, drawn.tokens.cpu(), SAMPLE_KEPT),
         )
         missing, extra = (classic[row] & ~got & differ).nonzero().flatten(), (got & ~classic[row] & differ).nonzero()
         lines = [
@@ -369,10 +402,15 @@ def _side_fault(impl: Impl, params: SamplingParams, sides: list[tuple[Inputs, Dr
     noise = noise_of(impl)
     for inputs, drawn in sides:
         want = oracle_sample(inputs, params, noise).tokens.cpu()
-        token = int(drawn.tokens[row])
-        if token != int(want[row]):
-            rule = non_token_rule(inputs, token) or name_fault(
-                inputs, params, noise, [row], lambda toks, _kept, r, token=token: int(toks[r]) == token
+        if int(drawn.tokens[row]) != int(want[row]):
+            tokens = drawn.tokens.cpu()
+            rule = non_token_rule(inputs, int(tokens[row])) or name_fault(
+                inputs,
+                params,
+                noise,
+                list(range(len(tokens))),
+                lambda toks, _kept, r, tokens=tokens: int(toks[r]) == int(tokens[r]),
+                _unmoved(impl, inputs, params, tokens, SAMPLE_INVARIANCE),
             )
             return f"; {rule}" if rule else ""
     return ""

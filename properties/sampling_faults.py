@@ -34,6 +34,8 @@ NO_FALLBACK_K_ABOVE_C = "top-k above the candidates C taken from the candidates:
 NO_FALLBACK_TIED_AT_C = "top-k taken from candidates whose C-th value ties the k-th: no fallback"
 NO_FALLBACK_NO_MASK = "sampled from the candidates alone without a mask (every token can win): no fallback"
 GREEDY_SAMPLED = "greedy row (temperature 0) sampled: noise added to an argmax row"
+TOP_K_SKIPPED = "top-k not applied: the token lies below the k-th value"
+TOP_P_SKIPPED = "top-p not applied: the token lies outside the nucleus"
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,9 @@ class Variant:
     temperature_after_noise: bool = False
     noise_before_masks: bool = False
     exact_k: bool = False  # top-k keeps exactly k, by id on ties
-    candidates_only: bool = False  # masks and draw over each rank's top C tokens alone
+    candidates_only: str = ""  # masks and draw over each rank's top C tokens alone, on rows of this kind (ROW_KINDS)
     greedy_sampled: bool = False
+    skip: str = ""  # "top_k" or "top_p": that mask is never applied
 
 
 MODELS: tuple[tuple[str, Variant], ...] = (
@@ -53,18 +56,27 @@ MODELS: tuple[tuple[str, Variant], ...] = (
     (NOISE_BY_DRAFT_ID, Variant(key="draft")),
     (NOISE_BY_COLUMN, Variant(key="column")),
     (TEMPERATURE_AFTER_NOISE, Variant(temperature_after_noise=True)),
+    (TOP_K_SKIPPED, Variant(skip="top_k")),  # a missing step before a misplaced one: the simpler explanation
+    (TOP_P_SKIPPED, Variant(skip="top_p")),
     (NOISE_BEFORE_MASKS, Variant(noise_before_masks=True)),
     (TOP_K_TIES_DROPPED, Variant(exact_k=True)),
-    ("", Variant(candidates_only=True)),  # named by the row: candidates_rule
+    (NO_FALLBACK_K_ABOVE_C, Variant(candidates_only="k_above_c")),
+    (NO_FALLBACK_TIED_AT_C, Variant(candidates_only="k_within_c")),
+    (TOP_P_OVER_CANDIDATES, Variant(candidates_only="top_p")),
+    (NO_FALLBACK_NO_MASK, Variant(candidates_only="no_mask")),
 )
 
 
-def candidates_rule(params: SamplingParams, row: int, vocab: int) -> str:
-    """Which missing fallback drawing from the candidates alone shows on ``row``, by its masks."""
-    k, p, c = int(params.top_k[row]), float(params.top_p[row]), params.candidates
-    if 0 < k < vocab:
-        return NO_FALLBACK_K_ABOVE_C if k > c else NO_FALLBACK_TIED_AT_C
-    return TOP_P_OVER_CANDIDATES if p < 1 else NO_FALLBACK_NO_MASK
+def row_kinds(params: SamplingParams, vocab: int) -> dict[str, torch.Tensor]:
+    """bool ``[B]`` for each kind of sampled row a candidate path must treat apart."""
+    k, p, c = params.top_k, params.top_p, params.candidates
+    k_on = (k > 0) & (k < vocab) & ~params.greedy
+    return {
+        "k_above_c": k_on & (k > c),
+        "k_within_c": k_on & (k <= c),
+        "top_p": ~k_on & (p < 1) & ~params.greedy,
+        "no_mask": ~k_on & (p >= 1) & ~params.greedy,
+    }
 
 
 def noise_keys(inputs: Inputs, key: str) -> torch.Tensor:
@@ -108,10 +120,13 @@ def variant_sample(
     chosen_on = x + g if variant.noise_before_masks else x
     pool = mapped.expand_as(x)
     if variant.candidates_only:
-        pool = pool & candidate_set(inputs, x, params.candidates)
+        rows = row_kinds(params, inputs.vocab)[variant.candidates_only].unsqueeze(1)
+        pool = pool & (candidate_set(inputs, x, params.candidates) | ~rows)
     within = chosen_on.masked_fill(~pool, -math.inf)
-    kept = _exact_k(within, params.top_k) if variant.exact_k else top_k_mask(within, params.top_k)
-    kept = top_p_mask(within, kept & pool, params.top_p)
+    top_k = torch.zeros_like(params.top_k) if variant.skip == "top_k" else params.top_k
+    top_p = torch.ones_like(params.top_p) if variant.skip == "top_p" else params.top_p
+    kept = _exact_k(within, top_k) if variant.exact_k else top_k_mask(within, top_k)
+    kept = top_p_mask(within, kept & pool, top_p)
     if variant.temperature_after_noise:
         t = torch.where(params.greedy, 1.0, params.temperature).unsqueeze(1)
         score = (full.float() + g) / t
@@ -139,13 +154,15 @@ def name_fault(
     noise: Noise,
     rows: list[int],
     agrees: Callable[[torch.Tensor, torch.Tensor, int], bool],
+    confirm: Callable[[Variant], bool] = lambda _variant: True,
 ) -> str | None:
     """The first model that ``agrees`` with the implementation on every row of ``rows`` (given the model's tokens
-    and kept masks), or None."""
+    and kept masks), or None.  Callers pass every row they can judge, right ones too: a model that changes a row the
+    implementation got right is refuted by it; ``confirm`` may refute a model by experiment."""
     for rule, variant in MODELS:
         if variant.key == "draft" and inputs.d2t is None:
             continue
         tokens, kept = variant_sample(inputs, params, noise, variant)
-        if all(agrees(tokens, kept, row) for row in rows):
-            return rule or candidates_rule(params.to("cpu"), rows[0], inputs.vocab)
+        if all(agrees(tokens, kept, row) for row in rows) and confirm(variant):
+            return rule
     return None

@@ -37,6 +37,7 @@ def _sample(
     exact_k: bool = False,
     per_rank: int | None = None,
     shard_log_prob: bool = False,
+    ignore_top_p: bool = False,
 ):
     """Gather each rank's token rows (or its top ``per_rank``), then mask, add noise and take the first maximum."""
     logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
@@ -84,6 +85,7 @@ def _sample(
         kept = torch.ones_like(v, dtype=torch.bool)
         if not bool(greedy[row]):
             k, p = sampling.top_k[row : row + 1], sampling.top_p[row : row + 1]
+            p = torch.ones_like(p) if ignore_top_p else p
             kept = top_k_mask(chosen_on[None], k)[0]
             if exact_k and 0 < int(k) < v.numel():  # the first k by value, ties by position: the rest dropped
                 kept = torch.zeros_like(kept)
@@ -125,6 +127,7 @@ temperature_after_noise = _broken("temperature_after_noise", "(logit + noise) / 
 noise_before_masks = _broken("noise_before_masks", "Top-k and top-p choose on noised logits.", noise_first=True)
 greedy_rows_sampled = _broken("greedy_rows_sampled", "Samples temperature-0 rows at T = 1.", greedy_sampled=True)
 top_k_drops_ties = _broken("top_k_drops_ties", "Keeps exactly k tokens: ties at the k-th value dropped.", exact_k=True)
+top_p_ignored = _broken("top_p_ignored", "Never applies top-p.", ignore_top_p=True)
 log_prob_per_shard = _broken(
     "log_prob_per_shard", "The raw log-probability normalised by the owner rank's log-sum-exp.", shard_log_prob=True
 )

@@ -30,6 +30,7 @@ CATCHES = [  # (property, broken sampler, the first line of its failure, numbers
     (ts.test_sample_exact, "greedy_rows_sampled", f"[{faults.GREEDY_SAMPLED}]"),
     (ts.test_sample_exact, "top_k_drops_ties", f"[{faults.TOP_K_TIES_DROPPED}]"),
     (ts.test_kept_set, "top_k_drops_ties", f"[{faults.TOP_K_TIES_DROPPED}]"),
+    (ts.test_sample_exact, "top_p_ignored", f"[{faults.TOP_P_SKIPPED}]"),
     (ts.test_sample_exact, "top_p_over_candidates", f"[{faults.TOP_P_OVER_CANDIDATES}]"),
     (ts.test_kept_set, "top_p_over_candidates", f"[{faults.TOP_P_OVER_CANDIDATES}]"),
     (ts.test_sample_exact, "no_fallback_k_above_c", f"[{faults.NO_FALLBACK_K_ABOVE_C}]"),
