@@ -28,13 +28,13 @@ from properties.runner import oracle_top_k
 from properties.sample_plans import parse_plan
 from properties.sampling import (
     check_kept_set,
-    check_log_probs,
     check_sample_exact,
     noise_of,
     oracle_sample,
     params_of,
     plan_for,
 )
+from properties.sampling_log_probs import check_log_probs
 from properties.top_k import TOP_K_EXACT, check_top_k_contract
 from sharded.impls import IMPL_ENV, load_impl
 

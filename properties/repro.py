@@ -21,7 +21,7 @@ import hypothesis
 import torch
 
 from groups.devices import check_device
-from properties import checks, distribution, sampling, top_k
+from properties import checks, distribution, sampling, sampling_log_probs, top_k
 from properties.cases import TENSORS, Inputs
 from properties.diagnose import replay_backend
 from properties.repro_reader import FORMAT, read_record
@@ -109,7 +109,7 @@ TOP_K_CHECKS = {
 SAMPLING_CHECKS = {
     sampling.SAMPLE_EXACT: sampling.check_sample_exact,
     sampling.SAMPLE_KEPT: sampling.check_kept_set,
-    sampling.SAMPLE_LOG_PROBS: sampling.check_log_probs,
+    sampling_log_probs.SAMPLE_LOG_PROBS: sampling_log_probs.check_log_probs,
 }
 NEEDS = {  # the extra that :func:`check` reads for each property
     checks.ROW_INDEPENDENCE: ("rows",),

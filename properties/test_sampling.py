@@ -17,12 +17,12 @@ from properties.runner import backend_tps, prepare
 from properties.sample_plans import SamplePlan, sample_plans
 from properties.sampling import (
     check_kept_set,
-    check_log_probs,
     check_sample_exact,
     check_sample_invariance,
     masks_of,
     plan_for,
 )
+from properties.sampling_log_probs import check_log_probs
 from properties.strategies import cases, with_edge_cases
 
 EDGE_PLAN = SamplePlan(temperature="mixed", top_k="at_tie", top_p="at_mass", candidates=4)

@@ -1,0 +1,94 @@
+"""The sampling log-probability property: the chosen token's raw and processed log-probabilities against
+``log_softmax`` in float64, at the sampler's own token, within :data:`LOG_PROB_ULPS` float32 ulps."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from hypothesis import event
+from hypothesis.control import currently_in_test_context
+
+from properties.cases import Inputs
+from properties.diagnose import fail, repro_extra
+from properties.runner import oracle_target_logits
+from properties.sample_plans import SamplePlan, plan_fields
+from properties.sampling import noise_of, oracle_sample, run_sampler
+from reference.sampling import SamplingParams, log_probs, scaled
+from sharded.impls import Impl
+
+SAMPLE_LOG_PROBS = "log-probabilities within 8 float32 ulps of log_softmax in float64"
+LOG_PROB_ULPS = 8
+
+
+def ulps_apart(got: torch.Tensor, want: torch.Tensor, magnitude: torch.Tensor) -> torch.Tensor:
+    """How many float32 ulps of ``magnitude`` lie between ``got`` and the float64 ``want``; 0 where both are NaN,
+    infinite where only one is."""
+    ulp = torch.finfo(torch.float32).eps * magnitude.clamp(min=1.0)
+    gap = (got.double() - want).abs() / ulp
+    both = got.isnan() & want.isnan()
+    one = got.isnan() ^ want.isnan()
+    return torch.where(both, 0.0, torch.where(one, math.inf, gap.nan_to_num(nan=0.0, posinf=math.inf)))
+
+
+def _magnitudes(inputs: Inputs, params: SamplingParams, exact: torch.Tensor) -> torch.Tensor:
+    """float64 ``[B, 2]``: the larger of the exact log-prob and the row's largest finite raw logit (processed: ``x``),
+    the size of the numbers a float32 log-softmax subtracts."""
+    logits = oracle_target_logits(inputs)[0]
+    largest = []
+    for t in (logits.float(), scaled(logits, params)):
+        finite = t.double().masked_fill(~torch.isfinite(t), 0.0).abs().amax(dim=1)
+        largest.append(finite)
+    return torch.maximum(exact.abs().nan_to_num(0.0, 0.0, 0.0), torch.stack(largest, dim=1))
+
+
+def _per_shard(inputs: Inputs, values: torch.Tensor, row: int) -> torch.Tensor:
+    """float64 ``[V_target]``: each token's ``log_softmax`` over its own rank's tokens only (the per-shard fault)."""
+    draft = torch.arange(inputs.vocab)
+    targets = draft if inputs.d2t is None else draft + inputs.d2t.cpu()
+    out = torch.full_like(values[row], math.nan)
+    for lay in inputs.layouts:
+        mine = targets[lay.token_ids()]
+        if mine.numel():
+            out[mine] = torch.log_softmax(values[row, mine], dim=0)
+    return out
+
+
+def check_log_probs(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
+    """The chosen token's raw and processed log-probabilities within :data:`LOG_PROB_ULPS` float32 ulps of the
+    larger of the exact value and the row's largest finite logit (or ``x``) of ``log_softmax`` in float64."""
+    with repro_extra(sampling=plan_fields(plan)):
+        drawn, params = run_sampler(impl, inputs, plan, SAMPLE_LOG_PROBS)
+        if drawn.log_probs is None:
+            if currently_in_test_context():
+                event("log-probabilities not reported")
+            return
+        want = oracle_sample(inputs, params, noise_of(impl))
+        params, tokens = params.to("cpu"), drawn.tokens.cpu()
+        if not bool(((tokens >= 0) & (tokens < want.kept.shape[1])).all()):
+            return  # not a token: the exactness property's failure
+        full, _ = oracle_target_logits(inputs)
+        exact = log_probs(full, scaled(full, params), want.kept.cpu(), tokens, params.greedy)  # at its own tokens
+        got = drawn.log_probs.cpu()
+        apart = ulps_apart(got, exact, _magnitudes(inputs, params, exact))
+        bad = (apart > LOG_PROB_ULPS).nonzero()
+        if bad.numel():
+            row, which = (int(v) for v in bad[0])
+            kind = ("raw", "processed")[which]
+            x = scaled(full, params)
+            shard = _per_shard(inputs, (full.double(), x.double().masked_fill(~want.kept.cpu(), -math.inf))[which], row)
+            per_shard = abs(float(got[row, which]) - float(shard[int(tokens[row])])) <= LOG_PROB_ULPS * float(
+                torch.finfo(torch.float32).eps * max(1.0, abs(float(shard[int(tokens[row])])))
+            )
+            fail(
+                f"{kind} log-probability normalised per shard: the owner rank's log-sum-exp, not the row's"
+                if per_shard
+                else f"{kind} log-probability more than {LOG_PROB_ULPS} float32 ulps from log_softmax in float64",
+                [
+                    f"row {row}: expected {float(exact[row, which])!r}, got {float(got[row, which])!r} "
+                    f"({float(apart[row, which]):.3g} ulps)"
+                ],
+                impl,
+                inputs,
+                SAMPLE_LOG_PROBS,
+            )
