@@ -116,3 +116,14 @@ def vocab_parallel_layout(
             )
         )
     return tuple(layouts)
+
+
+def every_rank(layout: ShardLayout) -> tuple[ShardLayout, ...]:
+    """The layouts of every rank of ``layout``'s head: what a rank needs to place what the others gathered."""
+    return vocab_parallel_layout(
+        layout.org_vocab,
+        layout.tp,
+        added_vocab=layout.added_vocab,
+        padding_size=layout.padding_size,
+        logits_vocab=layout.vocab,
+    )

@@ -13,7 +13,7 @@ from reference.checks import check_d2t, check_float_ids, check_head, check_scale
 from reference.logits import head_logits
 from sharded.group import TPGroup
 from sharded.keys import decode_ids, encode_keys
-from sharded.layout import ShardLayout, vocab_parallel_layout
+from sharded.layout import ShardLayout, every_rank
 
 
 def checked_shard_logits(
@@ -89,13 +89,7 @@ def reduce_keys(logits: torch.Tensor, layout: ShardLayout, group: TPGroup) -> to
 def reduce_gather(logits: torch.Tensor, layout: ShardLayout, group: TPGroup) -> torch.Tensor:
     """The classic path: all-gather every logit, O(B * V_padded) bytes, order the tokens by global id, argmax."""
     gathered = group.all_gather(logits)  # [tp, B, shard]
-    every = vocab_parallel_layout(
-        layout.org_vocab,
-        layout.tp,
-        added_vocab=layout.added_vocab,
-        padding_size=layout.padding_size,
-        logits_vocab=layout.vocab,
-    )
+    every = every_rank(layout)
     base = [gathered[lay.rank][:, : lay.num_real] for lay in every]  # base ids come before added ids
     added = [gathered[lay.rank][:, lay.added_row : lay.added_row + lay.num_added] for lay in every]
     return torch.cat(base + added, dim=1).argmax(dim=-1)

@@ -35,7 +35,7 @@ from reference.sampling import (
 from reference.topk import order_keys
 from sharded.group import TPGroup
 from sharded.keys import decode_ids, encode_keys
-from sharded.layout import ShardLayout, vocab_parallel_layout
+from sharded.layout import ShardLayout, every_rank
 from sharded.local_argmax import checked_shard_logits, token_logits
 
 FAR_ID = 2**32 - 1  # a missing candidate's id: above every target, so it loses every tie
@@ -88,13 +88,7 @@ def log_partition(m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
 def gathered_sample(logits, layout: ShardLayout, group: TPGroup, d2t, sampling: SamplingParams):
     """The fallback: gather every logit and run the classic sampler (reference.sampling) over them, on every rank."""
     gathered = group.all_gather(logits)  # [tp, B, shard]
-    every = vocab_parallel_layout(
-        layout.org_vocab,
-        layout.tp,
-        added_vocab=layout.added_vocab,
-        padding_size=layout.padding_size,
-        logits_vocab=layout.vocab,
-    )
+    every = every_rank(layout)
     draft = logits.new_empty(logits.shape[0], layout.vocab)
     for lay in every:
         draft[:, lay.token_ids(logits.device)] = gathered[lay.rank][:, lay.token_rows(logits.device)]

@@ -133,53 +133,40 @@ log_prob_per_shard = _broken(
 )
 
 
-def _from_candidates_where(rows: torch.Tensor, **given):
-    """Rows ``rows`` drawn from each rank's top C candidates alone, the others from every token."""
-    full = _sample(**given)
-    alone = _sample(**given, per_rank=given["sampling"].candidates)
-    pick = rows.unsqueeze(1)
-    width = max(full[2].shape[1], alone[2].shape[1])
-    kept = [torch.nn.functional.pad(k, (0, width - k.shape[1]), value=-1) for k in (full[2], alone[2])]
-    return (
-        torch.where(rows, alone[0], full[0]),
-        torch.where(pick, alone[1], full[1]),
-        torch.where(pick, kept[1], kept[0]),
-        (),
-    )
+def _candidates_where(name: str, doc: str, which):
+    """A sampler whose rows ``which(sampling, vocab)`` are drawn from each rank's top C candidates alone, every other
+    row from every token."""
+
+    def impl(hidden, weight, bias, layout, *, sampling, scale=1.0, soft_cap=None, d2t=None, group):
+        given = {"sampling": sampling, "scale": scale, "soft_cap": soft_cap, "d2t": d2t, "group": group}
+        full = _sample(hidden, weight, bias, layout, **given)
+        alone = _sample(hidden, weight, bias, layout, **given, per_rank=sampling.candidates)
+        rows = which(sampling, layout.vocab)
+        width = max(full[2].shape[1], alone[2].shape[1])
+        kept = [torch.nn.functional.pad(k, (0, width - k.shape[1]), value=-1) for k in (full[2], alone[2])]
+        pick = rows.unsqueeze(1)
+        return (
+            torch.where(rows, alone[0], full[0]),
+            torch.where(pick, alone[1], full[1]),
+            torch.where(pick, *kept[::-1]),
+            (),
+        )
+
+    impl.__name__ = impl.__qualname__ = name
+    impl.__doc__ = doc
+    return impl
 
 
-def no_fallback_k_above_c(hidden, weight, bias, layout, *, sampling, scale=1.0, soft_cap=None, d2t=None, group):
-    """Takes top-k from each rank's top C candidates even when k > C."""
-    k_above = (sampling.top_k > sampling.candidates) & (sampling.top_k < layout.vocab)
-    return _from_candidates_where(
-        k_above,
-        hidden=hidden,
-        weight=weight,
-        bias=bias,
-        layout=layout,
-        sampling=sampling,
-        scale=scale,
-        soft_cap=soft_cap,
-        d2t=d2t,
-        group=group,
-    )
-
-
-def top_p_over_candidates(hidden, weight, bias, layout, *, sampling, scale=1.0, soft_cap=None, d2t=None, group):
-    """Top-p without top-k over each rank's top C candidates, normalised over them only."""
-    top_p_only = ((sampling.top_k == 0) | (sampling.top_k >= layout.vocab)) & (sampling.top_p < 1)
-    return _from_candidates_where(
-        top_p_only,
-        hidden=hidden,
-        weight=weight,
-        bias=bias,
-        layout=layout,
-        sampling=sampling,
-        scale=scale,
-        soft_cap=soft_cap,
-        d2t=d2t,
-        group=group,
-    )
+no_fallback_k_above_c = _candidates_where(
+    "no_fallback_k_above_c",
+    "Takes top-k from each rank's top C candidates even when k > C.",
+    lambda s, vocab: (s.top_k > s.candidates) & (s.top_k < vocab),
+)
+top_p_over_candidates = _candidates_where(
+    "top_p_over_candidates",
+    "Top-p without top-k over each rank's top C candidates, normalised over them only.",
+    lambda s, vocab: ((s.top_k == 0) | (s.top_k >= vocab)) & (s.top_p < 1),
+)
 
 
 def _every_16(seeds: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
