@@ -129,10 +129,11 @@ def observe(inputs: Inputs, logits_of) -> None:
         event("a row's maximum is tied")
 
 
-def sampling_features(params, x: torch.Tensor) -> list[str]:
-    """The kinds of sampled row in a batch; ``x`` are the classic sampler's ``logits / T`` by target id."""
+def sampling_features(params, vocab: int, x: torch.Tensor) -> list[str]:
+    """The kinds of sampled row in a batch; ``x`` are the classic sampler's ``logits / T`` by target id, ``vocab``
+    the logits vocabulary (a top-k of at least it keeps every token)."""
     greedy, k, p = params.greedy.cpu(), params.top_k.cpu(), params.top_p.cpu()
-    k_on = (k > 0) & (k < x.shape[1]) & ~greedy
+    k_on = (k > 0) & (k < vocab) & ~greedy
     found = {"greedy"} if bool(greedy.any()) else set()
     if bool((~greedy & ~k_on & (p >= 1)).any()):
         found.add("temperature only")
@@ -148,10 +149,10 @@ def sampling_features(params, x: torch.Tensor) -> list[str]:
     return [f"sampling: {kind}" for kind in sorted(found)]
 
 
-def observe_sampling(params, x_of) -> None:
+def observe_sampling(params, vocab: int, x_of) -> None:
     """Report a sampling example's row kinds as events, if anyone listens; ``x_of()`` gives the scaled logits."""
     if listening and currently_in_test_context():
-        for feature in sampling_features(params, x_of()):
+        for feature in sampling_features(params, vocab, x_of()):
             event(feature)
 
 

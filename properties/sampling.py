@@ -100,7 +100,7 @@ def unpack(out: object) -> Drawn | None:
 def run_sampler(impl: Impl, inputs: Inputs, plan: SamplePlan, prop: str) -> tuple[Drawn, SamplingParams]:
     """Run a sampler on every rank; enforce the output contract and agreement across ranks."""
     params = params_of(inputs, plan)
-    coverage.observe_sampling(params, lambda: scaled(oracle_target_logits(inputs)[0], params.to("cpu")))
+    coverage.observe_sampling(params, inputs.vocab, lambda: scaled(oracle_target_logits(inputs)[0], params.to("cpu")))
     return run_with(impl, inputs, params, prop), params
 
 

@@ -9,7 +9,8 @@ notes)``, the same on every rank.  The noise is ``reference.sampling.gumbel_nois
   top-p (it declares ``masks = False`` and refuses masked rows).
 * :func:`candidates` sends each rank's top C (x, raw logit, id) and the same words; top-k and top-p run on the
   merged candidates.  It is exact where the candidates hold every token the masks keep, and falls back to the
-  gathered logits where they may not (:data:`FALLBACKS`; a note per row says which).
+  gathered logits where they may not (:data:`FALLBACKS`; a note per row says which): those rows alone are drawn
+  from the gathered logits, the others from the candidates.
 
 Everything travels through ``all_gather`` as float64 (ids exact below 2**53, keys as raw bits); each rank reduces
 the gathered words itself, in rank order, so no NaN meets a collective's max and every rank decides alike.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from reference.checks import InvalidInput, check_d2t
 from reference.sampling import (
@@ -192,8 +194,16 @@ def candidates(
     w = gathered[..., 3 * c :]
     tokens, log_probs, kept_ids, reasons = merge(cand, w, sampling, layout.vocab)
     notes = tuple(FALLBACKS[r - 1] if r else "" for r in reasons.tolist())
-    if any(notes):
-        tokens, log_probs, kept_ids = gathered_sample(logits, layout, group, d2t, sampling)
+    if any(notes):  # every rank decides alike (the merged words are the same everywhere), so all gather together
+        back = (reasons > 0).unsqueeze(1)
+        all_tokens, all_log_probs, all_kept = gathered_sample(logits, layout, group, d2t, sampling)
+        tokens, log_probs = (
+            torch.where(back.squeeze(1), all_tokens, tokens),
+            torch.where(back, all_log_probs, log_probs),
+        )
+        width = max(kept_ids.shape[1], all_kept.shape[1])
+        kept_ids, all_kept = (F.pad(k, (0, width - k.shape[1]), value=-1) for k in (kept_ids, all_kept))
+        kept_ids = torch.where(back, all_kept, kept_ids)
     return tokens, log_probs, kept_ids, notes
 
 
