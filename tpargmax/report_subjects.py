@@ -9,8 +9,9 @@ from typing import Any
 from engines.vllm.layer import SHM_ENV
 from tpargmax.report_json import FINDINGS as SHIPPED_FINDINGS
 
-# the committed repro files' replays are the default run's regression tests, not properties of a subject
-ARGMAX = ("properties", "-k", "not top_k and not test_repro_file_replays_clean")
+# the committed repro files' replays are the default run's regression tests, not properties of a subject; the samplers
+# are subjects of their own
+ARGMAX = ("properties", "-k", "not top_k and not test_sampling and not test_repro_file_replays_clean")
 TOP_K = ("properties/test_top_k.py", "-k", "not test_repro_file_replays_clean")
 
 
