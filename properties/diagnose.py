@@ -98,9 +98,8 @@ def repro_extra(**extra: object) -> Iterator[None]:
         yield
     except (PropertyFailure, ImplementationHung) as exc:
         exc.repro["extra"].update(extra)
-        if "sampling" in extra or "distribution" in extra:  # the replay line must name the plan too
-            line = f"  replay: {recorded_replay(exc.repro)}"
-            exc.args = ("\n".join(line if s.startswith("  replay: ") else s for s in str(exc).split("\n")),)
+        line = f"  replay: {recorded_replay(exc.repro)}"  # with all the record holds now (a top-k's k, a plan)
+        exc.args = ("\n".join(line if s.startswith("  replay: ") else s for s in str(exc).split("\n")),)
         raise
 
 

@@ -21,6 +21,7 @@ from properties.diagnose import draft_targets, fail, non_token_rule, repro_extra
 from properties.runner import backend_tps, oracle_draft_logits, oracle_target_logits
 from properties.sample_plans import SamplePlan, plan_fields, sampling_params
 from properties.sampling_faults import Variant, name_fault, variant_sample
+from properties.top_k import bitwise_equal
 from reference.sampling import (
     Noise,
     Sample,
@@ -28,10 +29,9 @@ from reference.sampling import (
     classic_sample,
     gumbel_noise,
     has_probabilities,
-    mass_above,
-    masses,
     scaled,
     top_k_mask,
+    top_p_margin,
 )
 from sharded.impls import Impl
 
@@ -93,7 +93,7 @@ def unpack(out: object) -> Drawn | None:
     parts = out if isinstance(out, tuple) else (out,)
     if not 1 <= len(parts) <= 4:
         return None
-    tokens, log_probs, kept, notes = (*parts, None, None, ())[:4] if len(parts) < 4 else parts
+    tokens, log_probs, kept, notes = (*parts, None, None, None)[:4]
     return Drawn(tokens, log_probs, kept, tuple(notes or ()))
 
 
@@ -146,10 +146,10 @@ def _contract(d: Drawn | None, batch: int) -> str:
 
 
 def _same_or_none(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    """Both None, or equal bit for bit (a NaN matching a NaN), as the top-k's values must be across ranks."""
     if a is None or b is None:
         return a is None and b is None
-    nan = a.isnan()
-    return torch.equal(nan, b.isnan()) and torch.equal(a.masked_fill(nan, 0.0), b.masked_fill(nan, 0.0))
+    return bitwise_equal(a, b)
 
 
 def oracle_sample(inputs: Inputs, params: SamplingParams, noise: Noise) -> Sample:
@@ -198,28 +198,27 @@ def check_sample_exact(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
             noise,
             judged,
             lambda toks, _kept, r: int(toks[r]) == int(tokens[r]),
-            _unmoved(impl, inputs, params, tokens, SAMPLE_EXACT),
+            _unmoved(impl, inputs, params, tokens, expected, SAMPLE_EXACT),
         )
         if rule is None:
-            greedy = bool(params.greedy[row].item())
-            rule = (
-                "greedy row's token is not the argmax" if greedy else "sampled token differs from the classic sampler's"
-            )
+            rule = GREEDY_WRONG if bool(params.greedy[row]) else SAMPLE_WRONG
         lines = _row_lines(params.to("cpu"), row, int(expected[row]), got, want.kept.cpu())
         fail(rule, lines, impl, inputs, SAMPLE_EXACT)
 
 
-def _unmoved(impl: Impl, inputs: Inputs, params: SamplingParams, tokens: torch.Tensor, prop: str):
+def _unmoved(
+    impl: Impl, inputs: Inputs, params: SamplingParams, tokens: torch.Tensor, expected: torch.Tensor, prop: str
+):
     """Confirms a mask fault by its claim and by experiment.  A skipped mask's claim: the first wrong row's token
     lies outside that mask (top-p: inside top-k).  The experiment, for every mask fault: rerun the sampler with
     top-k 1 and no top-p on every row, where a mask applied to noised logits and a mask skipped part ways, and the
-    model must predict its tokens."""
+    model must predict its tokens.  ``tokens`` are the sampler's, ``expected`` the classic sampler's (CPU)."""
 
     def confirm(variant: Variant) -> bool:
         if not (variant.skip or variant.noise_before_masks):
             return True
         if variant.skip:
-            wrong = (tokens != oracle_sample(inputs, params, noise_of(impl)).tokens.cpu()).nonzero().flatten()
+            wrong = (tokens != expected).nonzero().flatten()
             row, token = int(wrong[0]), int(tokens[wrong[0]])
             cpu = params.to("cpu")
             by_k = top_k_mask(scaled(oracle_target_logits(inputs)[0], cpu), cpu.top_k)[row]
@@ -268,7 +267,7 @@ def check_kept_set(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
             noise_of(impl),
             [r for r in range(inputs.case.batch) if r in masks],
             lambda _toks, kept, r: not bool(((kept[r] != masks[r]) & ~loose[r]).any()),
-            _unmoved(impl, inputs, params, drawn.tokens.cpu(), SAMPLE_KEPT),
+            _unmoved(impl, inputs, params, drawn.tokens.cpu(), want.tokens.cpu(), SAMPLE_KEPT),
         )
         missing, extra = (classic[row] & ~got & differ).nonzero().flatten(), (got & ~classic[row] & differ).nonzero()
         lines = [
@@ -286,11 +285,9 @@ def _boundary(inputs: Inputs, params: SamplingParams) -> torch.Tensor:
     full, _ = oracle_target_logits(inputs)
     x = scaled(full, params)
     kept = top_k_mask(x, params.top_k)
-    e = masses(x, kept)
-    above = mass_above(x.masked_fill(~kept, -math.inf), e)
-    total = e.sum(dim=1, keepdim=True)
+    margin, total = top_p_margin(x, kept, params.top_p)
     slack = torch.tensor([top_p_slack(int(n)) for n in kept.sum(dim=1)], dtype=torch.float64).unsqueeze(1)
-    near = (above - params.top_p.double().unsqueeze(1) * total).abs() <= slack * total
+    near = margin.abs() <= slack * total
     on = (params.top_p < 1) & has_probabilities(x, kept) & ~params.greedy
     return near & kept & on.unsqueeze(1)
 
@@ -334,7 +331,7 @@ def _side_fault(impl: Impl, params: SamplingParams, sides: list[tuple[Inputs, Dr
                 noise,
                 list(range(len(tokens))),
                 lambda toks, _kept, r, tokens=tokens: int(toks[r]) == int(tokens[r]),
-                _unmoved(impl, inputs, params, tokens, SAMPLE_INVARIANCE),
+                _unmoved(impl, inputs, params, tokens, want, SAMPLE_INVARIANCE),
             )
             return f"; {rule}" if rule else ""
     return ""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from properties.cases import Inputs
+from properties.diagnose import draft_targets
 from properties.runner import oracle_target_logits
 from reference.sampling import (
     Noise,
@@ -82,11 +83,10 @@ def row_kinds(params: SamplingParams, vocab: int) -> dict[str, torch.Tensor]:
 def noise_keys(inputs: Inputs, key: str) -> torch.Tensor:
     """int64 ``[V_target]``: the id each target's noise is keyed by under ``key``."""
     vocab = inputs.target_vocab if inputs.d2t is not None else inputs.vocab
-    draft = torch.arange(inputs.vocab)
-    targets = draft if inputs.d2t is None else draft + inputs.d2t.cpu()
+    targets = draft_targets(inputs).cpu()
     keys = torch.arange(vocab)
     if key == "draft":
-        keys[targets] = draft
+        keys[targets] = torch.arange(inputs.vocab)
     elif key == "column":
         for lay in inputs.layouts:
             keys[targets[lay.token_ids()]] = lay.token_rows()
@@ -95,8 +95,7 @@ def noise_keys(inputs: Inputs, key: str) -> torch.Tensor:
 
 def candidate_set(inputs: Inputs, x: torch.Tensor, c: int) -> torch.Tensor:
     """bool ``[B, V_target]``: the union of every rank's top ``c`` tokens by (x, target id)."""
-    draft = torch.arange(inputs.vocab)
-    targets = draft if inputs.d2t is None else draft + inputs.d2t.cpu()
+    targets = draft_targets(inputs).cpu()
     found = torch.zeros_like(x, dtype=torch.bool)
     for lay in inputs.layouts:
         mine = targets[lay.token_ids()]

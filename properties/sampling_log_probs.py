@@ -10,11 +10,11 @@ from hypothesis import event
 from hypothesis.control import currently_in_test_context
 
 from properties.cases import Inputs
-from properties.diagnose import fail, repro_extra
+from properties.diagnose import draft_targets, fail, repro_extra
 from properties.runner import oracle_target_logits
 from properties.sample_plans import SamplePlan, plan_fields
 from properties.sampling import noise_of, oracle_sample, run_sampler
-from reference.sampling import SamplingParams, log_probs, scaled
+from reference.sampling import log_probs, scaled
 from sharded.impls import Impl
 
 SAMPLE_LOG_PROBS = "log-probabilities within 8 float32 ulps of log_softmax in float64"
@@ -31,12 +31,11 @@ def ulps_apart(got: torch.Tensor, want: torch.Tensor, magnitude: torch.Tensor) -
     return torch.where(both, 0.0, torch.where(one, math.inf, gap.nan_to_num(nan=0.0, posinf=math.inf)))
 
 
-def _magnitudes(inputs: Inputs, params: SamplingParams, exact: torch.Tensor) -> torch.Tensor:
+def _magnitudes(full: torch.Tensor, x: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
     """float64 ``[B, 2]``: the larger of the exact log-prob and the row's largest finite raw logit (processed: ``x``),
     the size of the numbers a float32 log-softmax subtracts."""
-    logits = oracle_target_logits(inputs)[0]
     largest = []
-    for t in (logits.float(), scaled(logits, params)):
+    for t in (full.float(), x):
         finite = t.double().masked_fill(~torch.isfinite(t), 0.0).abs().amax(dim=1)
         largest.append(finite)
     return torch.maximum(exact.abs().nan_to_num(0.0, 0.0, 0.0), torch.stack(largest, dim=1))
@@ -44,8 +43,7 @@ def _magnitudes(inputs: Inputs, params: SamplingParams, exact: torch.Tensor) -> 
 
 def _per_shard(inputs: Inputs, values: torch.Tensor, row: int) -> torch.Tensor:
     """float64 ``[V_target]``: each token's ``log_softmax`` over its own rank's tokens only (the per-shard fault)."""
-    draft = torch.arange(inputs.vocab)
-    targets = draft if inputs.d2t is None else draft + inputs.d2t.cpu()
+    targets = draft_targets(inputs).cpu()
     out = torch.full_like(values[row], math.nan)
     for lay in inputs.layouts:
         mine = targets[lay.token_ids()]
@@ -68,18 +66,18 @@ def check_log_probs(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
         if not bool(((tokens >= 0) & (tokens < want.kept.shape[1])).all()):
             return  # not a token: the exactness property's failure
         full, _ = oracle_target_logits(inputs)
-        exact = log_probs(full, scaled(full, params), want.kept.cpu(), tokens, params.greedy)  # at its own tokens
+        x = scaled(full, params)
+        exact = log_probs(full, x, want.kept.cpu(), tokens, params.greedy)  # at its own tokens
         got = drawn.log_probs.cpu()
-        apart = ulps_apart(got, exact, _magnitudes(inputs, params, exact))
+        apart = ulps_apart(got, exact, _magnitudes(full, x, exact))
         bad = (apart > LOG_PROB_ULPS).nonzero()
         if bad.numel():
             row, which = (int(v) for v in bad[0])
             kind = ("raw", "processed")[which]
-            x = scaled(full, params)
             shard = _per_shard(inputs, (full.double(), x.double().masked_fill(~want.kept.cpu(), -math.inf))[which], row)
-            per_shard = abs(float(got[row, which]) - float(shard[int(tokens[row])])) <= LOG_PROB_ULPS * float(
-                torch.finfo(torch.float32).eps * max(1.0, abs(float(shard[int(tokens[row])])))
-            )
+            at = shard[int(tokens[row])].reshape(1)
+            gap = ulps_apart(got[row, which].reshape(1), at, at.abs())
+            per_shard = not bool(at.isnan()) and float(gap[0]) <= LOG_PROB_ULPS
             fail(
                 f"{kind} log-probability normalised per shard: the owner rank's log-sum-exp, not the row's"
                 if per_shard

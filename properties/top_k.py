@@ -64,12 +64,12 @@ def run_top_k(impl: Impl, inputs: Inputs, k: int, prop: str) -> tuple[torch.Tens
                 prop,
                 k=k,
             )
-        if not (torch.equal(ids, results[0][0]) and _bitwise(values, results[0][1])):
+        if not (torch.equal(ids, results[0][0]) and bitwise_equal(values, results[0][1])):
             fail("ranks disagree on the top-k", [f"rank 0 and rank {rank} differ"], impl, inputs, prop, k=k)
     return results[0]
 
 
-def _bitwise(a: torch.Tensor, b: torch.Tensor) -> bool:
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal bit for bit, compared in float32 (which holds every bf16 and fp16 value exactly), a NaN matching a NaN:
     torch's own fp16-to-fp32 cast gives one NaN two payloads, by whether it runs vectorised."""
     if a.shape != b.shape:
@@ -149,7 +149,7 @@ def check_top_k_exact(impl: Impl, inputs: Inputs, k: int) -> None:
                     TOP_K_EXACT,
                     k=k,
                 )
-            same = partial(_close, magnitude=_magnitude(logits[row])) if log_probs else _bitwise
+            same = partial(_close, magnitude=_magnitude(logits[row])) if log_probs else bitwise_equal
             if not same(values[row], want_values[row]):
                 slot = next(s for s in range(k) if not same(values[row, s : s + 1], want_values[row, s : s + 1]))
                 fail(
@@ -209,5 +209,5 @@ def check_top_k_determinism(impl: Impl, inputs: Inputs, k: int) -> None:
     with repro_extra(k=k):
         first = run_top_k(impl, inputs, k, TOP_K_DETERMINISM)
         second = run_top_k(impl, inputs, k, TOP_K_DETERMINISM)
-        if not (torch.equal(first[0], second[0]) and _bitwise(first[1], second[1])):
+        if not (torch.equal(first[0], second[0]) and bitwise_equal(first[1], second[1])):
             fail("top-k nondeterminism: two runs on identical input differ", [], impl, inputs, TOP_K_DETERMINISM, k=k)

@@ -155,16 +155,27 @@ def mass_above(x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(above).scatter_(1, order.indices, above)
 
 
-def top_p_mask(x: torch.Tensor, kept: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """bool ``[B, V]``: the top-p mask on top of ``kept`` (module docstring, step 3)."""
+def top_p_margin(
+    x: torch.Tensor, kept: torch.Tensor, top_p: torch.Tensor, total: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 ``[B, V]``: each token's kept mass above it minus ``p`` times the kept mass (``total``, ``[B, 1]``: the
+    sum of the kept masses unless given), and that ``total``.  A token is in the nucleus when its margin is below 0."""
+    e = masses(x, kept)
+    above = mass_above(x.masked_fill(~kept, -math.inf), e)
+    total = e.sum(dim=1, keepdim=True) if total is None else total
+    return above - top_p.to(x.device).double().unsqueeze(1) * total, total
+
+
+def top_p_mask(
+    x: torch.Tensor, kept: torch.Tensor, top_p: torch.Tensor, total: torch.Tensor | None = None
+) -> torch.Tensor:
+    """bool ``[B, V]``: the top-p mask on top of ``kept`` (module docstring, step 3); ``total`` as for
+    :func:`top_p_margin` (a candidate path knows the kept mass from every rank's words)."""
     on = (top_p < 1).to(x.device) & has_probabilities(x, kept)
     if not bool(on.any()):
         return kept
-    e = masses(x, kept)
-    above = mass_above(x.masked_fill(~kept, -math.inf), e)
-    total = e.sum(dim=1, keepdim=True)
-    inside = above < top_p.to(x.device).double().unsqueeze(1) * total
-    return kept & (inside | ~on.unsqueeze(1))
+    margin, _ = top_p_margin(x, kept, top_p, total)
+    return kept & ((margin < 0) | ~on.unsqueeze(1))
 
 
 def kept_mask(x: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -30,9 +30,9 @@ from reference.sampling import (
     classic_sample,
     gumbel_noise,
     has_probabilities,
-    mass_above,
     masses,
     scaled,
+    top_p_mask,
 )
 from reference.topk import order_keys
 from sharded.group import TPGroup
@@ -237,24 +237,17 @@ def merge(cand: torch.Tensor, w: torch.Tensor, sampling: SamplingParams, vocab: 
     total = torch.where(k_on, e.sum(dim=1), from_words)
     threshold = torch.where(open_ranks, last.double(), -math.inf).amax(dim=1)
     covered = (e * (xs.double() > threshold.unsqueeze(1))).sum(dim=1) >= p * total
-    reasons = torch.zeros(batch, dtype=torch.int64, device=xs.device)
-    for code, when in reversed(  # the first reason that holds
-        list(
-            enumerate(
-                (
-                    k_on & (k > c),
-                    k_on & (k <= c) & tied,
-                    ~k_on & p_on & everywhere & open_ranks.any(dim=1) & ~covered,
-                    ~k_on & ~p_on,
-                    ~k_on & p_on & ~everywhere,
-                ),
-                start=1,
-            )
-        )
-    ):
-        reasons = torch.where(sampled & when, code, reasons)
-    above = mass_above(xs.masked_fill(~kept, -math.inf), e)
-    kept &= (above < p.unsqueeze(1) * total.unsqueeze(1)) | ~(p_on & probabilities & sampled).unsqueeze(1)
+    holds = sampled & torch.stack(  # in the order of FALLBACKS
+        [
+            k_on & (k > c),
+            k_on & (k <= c) & tied,
+            ~k_on & p_on & everywhere & open_ranks.any(dim=1) & ~covered,
+            ~k_on & ~p_on,
+            ~k_on & p_on & ~everywhere,
+        ]
+    )
+    reasons = torch.where(holds.any(dim=0), holds.int().argmax(dim=0) + 1, 0)  # the first reason that holds
+    kept = top_p_mask(xs, kept, sampling.top_p, total.unsqueeze(1))
     kept = torch.where(greedy.unsqueeze(1), valid, kept)
     noise = gumbel_noise(sampling.seed.to(xs.device), ids)
     score = torch.where(greedy.unsqueeze(1), xs, xs + noise).masked_fill(~kept, -math.inf)
