@@ -64,21 +64,29 @@ class Drawn:
     notes: tuple[str, ...]
 
 
+MASKS = frozenset({"top_k", "top_p"})
+
+
 def noise_of(impl: Impl) -> Noise:
     """The noise the implementation declares (``fn.noise``), or the contract's."""
     return getattr(impl.fn, "noise", gumbel_noise)
 
 
-def masks_of(impl: Impl) -> bool:
-    """Whether the implementation takes top-k and top-p (``fn.masks``, default True)."""
-    return bool(getattr(impl.fn, "masks", True))
+def masks_of(impl: Impl) -> frozenset[str]:
+    """The masks the implementation takes (``fn.masks``): True (default) both, False neither, or a tuple of
+    ``"top_k"`` and ``"top_p"`` (a candidate sampler with a top-k and no top-p)."""
+    masks = getattr(impl.fn, "masks", True)
+    if isinstance(masks, bool):
+        return MASKS if masks else frozenset()
+    return frozenset(masks) & MASKS
 
 
 def plan_for(impl: Impl, plan: SamplePlan) -> SamplePlan:
-    """``plan`` as the implementation can take it: without masks for one that declares ``masks = False``."""
-    if masks_of(impl) or not plan.masked:
-        return plan
-    return SamplePlan(plan.temperature, "off", "off", plan.candidates, plan.seed)
+    """``plan`` as the implementation can take it: the masks it does not declare (``fn.masks``) off."""
+    takes = masks_of(impl)
+    top_k = plan.top_k if "top_k" in takes else "off"
+    top_p = plan.top_p if "top_p" in takes else "off"
+    return SamplePlan(plan.temperature, top_k, top_p, plan.candidates, plan.seed)
 
 
 def params_of(inputs: Inputs, plan: SamplePlan) -> SamplingParams:

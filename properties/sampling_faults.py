@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from properties.cases import Inputs
-from properties.diagnose import draft_targets
+from properties.diagnose import NAN_NOT_MAX, TIE_BY_RANK, draft_targets
 from properties.runner import oracle_target_logits
 from reference.sampling import (
     Noise,
@@ -50,9 +50,12 @@ class Variant:
     candidates_only: str = ""  # masks and draw over each rank's top C tokens alone, on rows of this kind (ROW_KINDS)
     greedy_sampled: bool = False
     skip: str = ""  # "top_k" or "top_p": that mask is never applied
+    rank_order: bool = False  # the first maximum in rank order (rank, then shard row), not by id
+    nan_lost: bool = False  # a NaN never wins the draw or the argmax (a max that compares with ``>``)
 
 
 MODELS: tuple[tuple[str, Variant], ...] = (
+    (NAN_NOT_MAX, Variant(nan_lost=True)),  # changes NaN rows alone
     (GREEDY_SAMPLED, Variant(greedy_sampled=True)),
     (NOISE_BY_DRAFT_ID, Variant(key="draft")),
     (NOISE_BY_COLUMN, Variant(key="column")),
@@ -65,6 +68,7 @@ MODELS: tuple[tuple[str, Variant], ...] = (
     (NO_FALLBACK_TIED_AT_C, Variant(candidates_only="k_within_c")),
     (TOP_P_OVER_CANDIDATES, Variant(candidates_only="top_p")),
     (NO_FALLBACK_NO_MASK, Variant(candidates_only="no_mask")),
+    (TIE_BY_RANK, Variant(rank_order=True)),
 )
 
 
@@ -131,9 +135,26 @@ def variant_sample(
         score = (full.float() + g) / t
     else:
         score = x + g
-    tokens = torch.where(params.greedy, full.argmax(dim=1), score.masked_fill(~kept, -math.inf).argmax(dim=1))
+    order = _rank_order(inputs, x.shape[1]) if variant.rank_order else torch.arange(x.shape[1])
+    if variant.nan_lost:  # below every number, -inf included, so it wins only a row of NaN
+        full, score = (t.masked_fill(t.isnan(), -math.inf) for t in (full, score))
+    first = lambda t: order[t[:, order].argmax(dim=1)]  # noqa: E731 - the first maximum in that order
+    tokens = torch.where(params.greedy, first(full), first(score.masked_fill(~kept, -math.inf)))
     one = torch.arange(x.shape[1]).unsqueeze(0) == tokens.unsqueeze(1)  # a greedy row keeps its token alone
     return tokens, torch.where(params.greedy.unsqueeze(1), one, kept)
+
+
+def _rank_order(inputs: Inputs, vocab: int) -> torch.Tensor:
+    """Target ids in the order a rank-order reduction meets them: rank by rank, each shard's rows in order, the
+    targets no draft id maps to last."""
+    targets = draft_targets(inputs).cpu()
+    met = torch.cat([targets[lay.token_ids()] for lay in inputs.layouts])
+    ids, where = met.unique(return_inverse=True)
+    firsts = torch.full_like(ids, met.numel()).scatter_reduce(0, where, torch.arange(met.numel()), "amin")
+    seen = met[firsts.sort().values]  # each target where a rank first offers it
+    rest = torch.ones(vocab, dtype=torch.bool)
+    rest[seen] = False
+    return torch.cat([seen, rest.nonzero().flatten()])
 
 
 def _exact_k(x: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:

@@ -43,6 +43,7 @@ MOVED = {
 SHIPPED_MODULES = frozenset(
     {"tests.broken", "tests.broken_top_k", "tests.broken_sampling", "engines.variants", "engines.sglang"}
     | {"engines.vllm.layer", "engines.vllm.models", "engines.vllm.corrected", *MOVED}
+    | {"engines.vllm.gumbel", "engines.vllm.dflash2_sampler", "engines.sglang_sampling"}
 )
 
 IMPL_ENV = "TPARGMAX_IMPL"

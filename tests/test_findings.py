@@ -9,12 +9,13 @@ import json
 
 import pytest
 
+from engines import sampling_findings
 from engines.findings import failure_key
 from engines.vllm.findings import FINDINGS, PAGE
 from tests.suite import ROOT
 from tpargmax.report_page import _failures
 
-PAGES = {PAGE: FINDINGS}
+PAGES = {PAGE: FINDINGS, sampling_findings.PAGE: sampling_findings.FINDINGS}
 
 
 @pytest.mark.parametrize("page", sorted(PAGES))

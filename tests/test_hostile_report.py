@@ -31,7 +31,8 @@ def first_failure(data: dict) -> dict:
 DAMAGE = {  # how -> (the change, words of the one line)
     "findings naming another module": (
         lambda d: d.update(findings="marker_findings:FINDINGS"),
-        "findings must be one of ('engines.vllm.findings:FINDINGS',), got 'marker_findings:FINDINGS'",
+        "findings must be one of ('engines.vllm.findings:FINDINGS', 'engines.sampling_findings:FINDINGS'), "
+        "got 'marker_findings:FINDINGS'",
     ),
     "no rows": (lambda d: d.pop("rows"), "the report has no 'rows'"),
     "rows not a list": (lambda d: d.update(rows={}), "rows must be a JSON array, got an object"),
@@ -49,7 +50,7 @@ DAMAGE = {  # how -> (the change, words of the one line)
     ),
     "an option that is no option": (
         lambda d: d["rows"][0].update(option=["--evil", "x"]),
-        "rows[0].option must be [--impl or --topk-impl, SPEC]",
+        "rows[0].option must be [--impl or --topk-impl or --sampling-impl, SPEC]",
     ),
     "a budget without examples": (lambda d: d["budget"].pop("examples"), "budget has no 'examples'"),
     "tps as text": (lambda d: d["budget"].update(tps="2,4"), "budget.tps must be a JSON array, got text"),

@@ -96,10 +96,23 @@ def build_parser() -> argparse.ArgumentParser:
     sglang.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     sglang.set_defaults(run=lambda args: _lazy("tpargmax.install_sglang", "install_sglang")(args))
 
+    samplers = commands.add_parser(
+        "install-samplers",
+        help="install vLLM 0.32.0 (CPU), Triton and SGLang 0.5.23's wheel, for the engines' samplers under test",
+    )
+    samplers.add_argument("--dry-run", action="store_true", help="print the commands without running them")
+    samplers.set_defaults(run=lambda args: _lazy("tpargmax.install_samplers", "install_samplers")(args))
+
     rpt = commands.add_parser(
         "report",
         help="every implementation (built-ins, engine variants, vLLM's layer and model classes) "
         "against every property: a conformance matrix",
+    )
+    rpt.add_argument(
+        "--page",
+        choices=("vllm", "sampling"),
+        default="vllm",
+        help="which page: vLLM's argmax and top-k (default), or the engines' samplers (docs/conformance/sampling.md)",
     )
     rpt.add_argument("--out", help="write the Markdown page here, and its JSON beside it (default: print)")
     rpt.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
@@ -112,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
         "with --out, write the page and JSON there",
     )
     rpt.add_argument("--examples", type=int, default=120, help="--max-examples per property (default %(default)s)")
-    rpt.add_argument("--repro-dir", default="repro/vllm-0.32.0", help="where failures' repro files go")
+    rpt.add_argument(
+        "--repro-dir", help="where failures' repro files go (default: repro/vllm-0.32.0, or repro/sampling)"
+    )
     rpt.add_argument("--row-timeout", type=float, default=900.0, help="seconds one row may take (default %(default)s)")
     rpt.set_defaults(run=lambda args: _lazy("tpargmax.report", "report")(args))
 

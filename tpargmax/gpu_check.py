@@ -32,7 +32,7 @@ from typing import Any
 
 from tpargmax.report import ROOT, cells, run_once
 from tpargmax.report_page import LABELS, _failures, _table
-from tpargmax.report_subjects import Run, Subject
+from tpargmax.report_subjects import Run, Subject, sampling_runs
 
 TRAP = "tests.broken:tf32_matmul"
 EXAMPLES = 60  # --max-examples per property: the whole record within 8 minutes on one H200
@@ -62,7 +62,9 @@ def environment() -> dict[str, str]:
     return out
 
 
-def runs(gpus: int, no_triton: str | None, no_sglang: str | None) -> list[tuple[Run, str, str | None]]:
+def runs(
+    gpus: int, no_triton: str | None, no_sglang: str | None, no_samplers: str | None = None
+) -> list[tuple[Run, str, str | None]]:
     """(run, where it runs, why it cannot run here or None) for every row of the page."""
     sim = "sim"
     builtins = [
@@ -84,6 +86,11 @@ def runs(gpus: int, no_triton: str | None, no_sglang: str | None) -> list[tuple[
             None,
         ),
         (Run(sglang), sim, no_sglang),  # one head, so one run
+        (
+            Run(tuple(s for r in sampling_runs()[1:] for s in r.subjects if "dflash2" not in s.spec), sampling=True),
+            sim,
+            no_samplers,
+        ),
         (
             Run(
                 (Subject(TRAP, "broken on purpose", "float32 logits from a TF32 matmul: must fail"),),
@@ -113,6 +120,8 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
 
     started = time.monotonic()
     gpus = torch.cuda.device_count()
+    from engines.vllm.triton_files import why_unavailable as no_vllm_samplers
+
     no_triton, no_sglang = why_unavailable("triton_key"), why_unavailable("sglang_deferred_argmax")
     data: dict[str, Any] = {
         "title": "The suite on a GPU",
@@ -122,7 +131,7 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
         "rows": [],
         "benchmark": [],
     }
-    for run, where, why_not in runs(gpus, no_triton, no_sglang):
+    for run, where, why_not in runs(gpus, no_triton, no_sglang, no_vllm_samplers()):
         log(f"{', '.join(s.label for s in run.subjects)} on {where}, {time.monotonic() - started:.0f} s so far")
         row_started = time.monotonic()
         launcher, options = _launch(where)

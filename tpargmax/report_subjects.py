@@ -3,9 +3,11 @@ share, so one pool start serves them all)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+from dataclasses import dataclass, replace
 from typing import Any
 
+from engines.vllm.layer import INSTALL_HINT as VLLM_HINT
 from engines.vllm.layer import SHM_ENV
 from tpargmax.report_json import FINDINGS as SHIPPED_FINDINGS
 
@@ -13,6 +15,9 @@ from tpargmax.report_json import FINDINGS as SHIPPED_FINDINGS
 # are subjects of their own
 ARGMAX = ("properties", "-k", "not top_k and not test_sampling and not test_repro_file_replays_clean")
 TOP_K = ("properties/test_top_k.py", "-k", "not test_repro_file_replays_clean")
+SAMPLING = ("properties/test_sampling.py",)
+LEFT_TO_A_GPU = "tp4-added-top-k"
+INTERPRETED = f"; under Triton's interpreter without the {LEFT_TO_A_GPU} distribution case (a GPU runs it)"
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,14 @@ class Subject:
     name: str = ""  # how the page names it (default: the spec)
     vllm: bool = False
     corrects: str = ""  # the row this one is the corrected twin of (engines/<engine>/corrected.py)
+    needs: str = ""  # MODULE:function saying why it cannot run here (what to install), or None when it can
+
+    def why_not(self, has_vllm: bool) -> str | None:
+        """Why this subject cannot run here, or None."""
+        if self.needs:
+            module, _, name = self.needs.partition(":")
+            return getattr(importlib.import_module(module), name)()
+        return None if has_vllm or not self.vllm else VLLM_HINT
 
     @property
     def label(self) -> str:
@@ -39,21 +52,30 @@ class Run:
     top_k: bool = False
     argmax: str = ""  # the argmax implementation the top-k subjects' top-1 is compared with
     env: tuple[tuple[str, str], ...] = ()
-    tests: tuple[str, ...] = ()  # pytest's selection (default: every argmax or top-k property)
+    tests: tuple[str, ...] = ()  # pytest's selection (default: every argmax, top-k or sampling property)
+    sampling: bool = False  # samplers (--sampling-impl) rather than argmax or top-k implementations
+    timeout: float = 30.0  # the collective timeout (Triton's interpreter runs a kernel in seconds, not microseconds)
 
     @property
     def args(self) -> tuple[str, ...]:
         specs = ",".join(s.spec for s in self.subjects)
+        if self.sampling:
+            return ("--sampling-impl", specs, *(self.tests or SAMPLING))
         if self.top_k:
             return ("--topk-impl", specs, "--impl", self.argmax, *(self.tests or TOP_K))
         return ("--impl", specs, *(self.tests or ARGMAX))
 
     def option(self, subject: Subject) -> tuple[str, str]:
         """The pytest option that selects one subject alone, for replay commands."""
-        return ("--topk-impl" if self.top_k else "--impl", subject.spec)
+        return ({"sampling": "--sampling-impl", "top_k": "--topk-impl"}.get(self.kind, "--impl"), subject.spec)
+
+    @property
+    def kind(self) -> str:
+        return "sampling" if self.sampling else "top_k" if self.top_k else "argmax"
 
 
 FINDINGS = SHIPPED_FINDINGS[0]
+SAMPLING_FINDINGS = SHIPPED_FINDINGS[1]
 CORRECTED = "engines.vllm.corrected"
 CORRECTED_KIND = ", corrected"
 FIXED_ARGMAX = f"{CORRECTED}:vllm"  # a corrected top-k's top-1 is compared with the corrected argmax
@@ -144,3 +166,118 @@ def model_runs() -> tuple[list[Run], list[dict[str, Any]], dict[str, str]]:
     no_method = next((c["name"] for c in classes if not c["methods"]), None)
     refusal = {no_method: discovery.proposer_refuses(no_method)} if no_method else {}
     return runs, classes, refusal
+
+
+def sampling_runs() -> list[Run]:
+    """The samplers' page: the built-ins, then the engines' samplers (each with its own install and noise).
+
+    Triton's kernels run natively where there is a GPU, else under its CPU interpreter (``TRITON_INTERPRET=1`` in
+    the rows' environment, which their replay commands then carry), with a collective timeout for its speed."""
+    import torch
+
+    interpret = () if torch.cuda.is_available() else (("TRITON_INTERPRET", "1"),)
+    slow = 30.0 if torch.cuda.is_available() else 300.0
+    # The interpreter takes over ten minutes per subject for the 4000-row tp 4 top-k distribution case: there the
+    # candidate samplers leave it to a GPU (the page's notes say so), and run every other case.
+    top_k_tests = () if not interpret else (*SAMPLING, "-k", f"not {LEFT_TO_A_GPU}")
+    vllm_needs, sglang_needs = "engines.vllm.triton_files:why_unavailable", "engines.sglang_sampling:why_unavailable"
+    kernel = "vLLM kernel"
+    runs = [
+        Run(
+            (
+                Subject("gumbel_pairs", "built-in", "one packed (score, id) key per row and rank; temperature only"),
+                Subject("candidates", "built-in", "each rank's top C, merged; falls back to the gathered logits"),
+            ),
+            sampling=True,
+        ),
+        Run(
+            (
+                Subject(
+                    "engines.vllm.gumbel:vllm_gumbel_sharded",
+                    kernel,
+                    "gumbel_noised_argmax on each shard, keys = the shard's global ids, pairs reduced by argmax",
+                    "vllm_gumbel_sharded",
+                    needs=vllm_needs,
+                ),
+                Subject(
+                    "engines.vllm.gumbel:vllm_gumbel_sharded_corrected",
+                    kernel + CORRECTED_KIND,
+                    "the same, its pairs reduced by value and then by the smallest id",
+                    "vllm_gumbel_sharded (corrected)",
+                    corrects="vllm_gumbel_sharded",
+                    needs=vllm_needs,
+                ),
+                Subject(
+                    "engines.vllm.gumbel:vllm_gumbel_as_shipped",
+                    kernel + ", as shipped",
+                    "the same kernel keyed by the shard's columns, as gumbel_sample keys a row",
+                    "vllm_gumbel_as_shipped",
+                    needs=vllm_needs,
+                ),
+            ),
+            sampling=True,
+            env=interpret,
+            timeout=slow,
+        ),
+        Run(
+            (
+                Subject(
+                    "engines.vllm.dflash2_sampler:vllm_dflash2_sampler",
+                    "vLLM layer and kernel",
+                    "get_top_k_tokens (and return_log_probs=True) on vLLM's head, then DFlash2's CandidateSampler walk",
+                    "vllm_dflash2_sampler",
+                    vllm=True,
+                    needs=vllm_needs,
+                ),
+                Subject(
+                    "engines.vllm.dflash2_sampler:vllm_dflash2_sampler_corrected",
+                    "vLLM layer and kernel" + CORRECTED_KIND,
+                    "the same over the corrected get_top_k_tokens (engines.vllm.fixes)",
+                    "vllm_dflash2_sampler (corrected)",
+                    vllm=True,
+                    corrects="vllm_dflash2_sampler",
+                    needs=vllm_needs,
+                ),
+            ),
+            sampling=True,
+            env=interpret,
+            timeout=slow,
+            tests=top_k_tests,
+        ),
+        Run(
+            (
+                Subject(
+                    "engines.sglang_sampling:sglang_candidate_topk",
+                    "SGLang 0.5.23",
+                    "DFlash's candidate_topk (lilicorr_topk_lse, the merge, the log-normaliser); drawn with the "
+                    "contract's noise",
+                    "sglang_candidate_topk",
+                    needs=sglang_needs,
+                ),
+                Subject(
+                    "engines.sglang_sampling:sglang_candidate_topk_corrected",
+                    "SGLang 0.5.23" + CORRECTED_KIND,
+                    "the same, ties ordered by id in both top-ks, no lane past the row taken, the lse in float32",
+                    "sglang_candidate_topk (corrected)",
+                    corrects="sglang_candidate_topk",
+                    needs=sglang_needs,
+                ),
+                Subject(
+                    "engines.sglang_sampling:sglang_candidate_topk_seeded",
+                    "SGLang 0.5.23",
+                    "the same candidates drawn by multinomial_with_seed (noise keyed by sort rank)",
+                    "sglang_candidate_topk_seeded",
+                    needs=sglang_needs,
+                ),
+            ),
+            sampling=True,
+            env=interpret,
+            timeout=slow,
+            tests=top_k_tests,
+        ),
+    ]
+    return [run if not run.tests else replace(run, subjects=tuple(_noted(s) for s in run.subjects)) for run in runs]
+
+
+def _noted(subject: Subject) -> Subject:
+    return replace(subject, note=subject.note + INTERPRETED)

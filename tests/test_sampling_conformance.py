@@ -1,0 +1,59 @@
+"""The published samplers' page: what ``tpargmax report --page sampling`` renders from its JSON, a row for every
+subject, backed by repro files that still fail where the engines are installed.
+
+The page and its JSON are checked on any machine; replaying needs the opt-in environment (``tpargmax
+install-samplers``), and skips without it with that command as the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from engines import sglang_sampling
+from engines.vllm import triton_files
+from properties import repro
+from tests.suite import ROOT
+from tpargmax.report_page import render
+from tpargmax.report_subjects import sampling_runs
+
+PAGE = ROOT / "docs" / "conformance" / "sampling.md"
+DATA = json.loads(PAGE.with_suffix(".json").read_text(encoding="utf-8"))
+FAILURES = [
+    (row, fail) for row in DATA["rows"] for cell in row["cells"].values() for fail in cell["failures"] if fail["case"]
+]
+MISSING = triton_files.why_unavailable() or sglang_sampling.why_unavailable()
+
+
+def test_the_page_is_what_the_report_renders_from_its_json():
+    assert PAGE.read_text(encoding="utf-8") == render(DATA), (
+        f"{PAGE} is stale: regenerate it with `tpargmax report --render {PAGE.with_suffix('.json')} --out {PAGE}`"
+    )
+
+
+def test_every_subject_has_a_row_that_ran():
+    subjects = {s.label for run in sampling_runs() for s in run.subjects}
+    rows = {row["name"]: row for row in DATA["rows"]}
+    assert sorted(subjects - set(rows)) == []
+    assert [name for name in subjects if not rows[name]["cells"]] == []
+
+
+def test_every_failure_with_a_case_has_its_repro_file():
+    for _, fail in FAILURES:
+        record, inputs = repro.load(ROOT / fail["repro_file"])
+        assert (record["rule"], record["case"]) == (fail["rule"], fail["case"]), fail["repro_file"]
+
+
+@pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+def test_the_failures_still_fail_on_replay_with_the_rule_they_recorded():
+    files = sorted({fail["repro_file"] for _, fail in FAILURES})
+    env = {**os.environ, "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "1")}
+    command = [sys.executable, "-m", "tpargmax", "repro", *files, "--collective-timeout", "300"]
+    out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+    assert out.returncode == 1, out.stdout + out.stderr
+    for _, fail in FAILURES:
+        assert f"STILL FAILING: [{fail['rule']}]" in out.stdout, fail["repro_file"]
