@@ -73,7 +73,7 @@ CAUSES = (
     ),
 )
 
-VLLM_PAGE = "docs/conformance/vllm-0.32.0.md"
+VLLM_PAGE = "vllm-0.32.0.md"  # linked from the page, in the same folder
 LOGITS = "vllm/model_executor/layers/logits_processor.py"
 DFLASH2 = "vllm/v1/worker/gpu/spec_decode/dflash2/speculator.py"
 DFLASH = "sglang/srt/models/dflash.py"
