@@ -117,20 +117,21 @@ def _installed_version() -> str | None:
         return None
 
 
-def kernel_paths() -> dict[str, Path]:
-    """The two kernel files as the installed wheel lists them (its RECORD), else under ``find_spec``'s
-    package directory; neither way imports ``sglang``.  Empty when the wheel is absent."""
+def kernel_paths(files: dict[str, str] = KERNEL_FILES) -> dict[str, Path]:
+    """The wheel's ``files`` (name -> path in the wheel; default the two kernel files) as the installed wheel lists
+    them (its RECORD), else under ``find_spec``'s package directory; neither way imports ``sglang``.  Empty when
+    the wheel is absent."""
     try:
         dist = importlib.metadata.distribution(DIST)
     except importlib.metadata.PackageNotFoundError:
         return {}
     listed = {str(f).replace("\\", "/"): f for f in dist.files or ()}
-    paths = {name: Path(dist.locate_file(listed[rel])) for name, rel in KERNEL_FILES.items() if rel in listed}
-    if len(paths) < len(KERNEL_FILES):
+    paths = {name: Path(dist.locate_file(listed[rel])) for name, rel in files.items() if rel in listed}
+    if len(paths) < len(files):
         spec = importlib.util.find_spec(DIST)  # a top-level name: finds the package, runs nothing
         if spec is not None and spec.submodule_search_locations:
             root = Path(next(iter(spec.submodule_search_locations))).parent
-            paths = {name: root / rel for name, rel in KERNEL_FILES.items()}
+            paths = {name: root / rel for name, rel in files.items()}
     return {name: path for name, path in paths.items() if path.is_file()}
 
 
@@ -146,16 +147,17 @@ def _triton_imports() -> bool:
     return True
 
 
-def why_unavailable() -> str | None:
-    """Why the subjects cannot run here (no wheel, another version, no Triton, no CUDA), or None."""
+def why_unavailable(files: dict[str, str] = KERNEL_FILES) -> str | None:
+    """Why the subjects whose code is the wheel's ``files`` cannot run here (no wheel, another version, a file
+    missing, no Triton, no CUDA), or None."""
     version = _installed_version()
     if version is None:
         return INSTALL_HINT
     if version != SGLANG_VERSION:
         return f"sglang {version} is installed, the subjects are SGLang {SGLANG_VERSION}'s: {INSTALL_HINT}"
-    missing = sorted(set(KERNEL_FILES) - set(kernel_paths()))
+    missing = sorted(set(files) - set(kernel_paths(files)))
     if missing:
-        return f"sglang {version} is installed without {', '.join(KERNEL_FILES[m] for m in missing)}: {INSTALL_HINT}"
+        return f"sglang {version} is installed without {', '.join(files[m] for m in missing)}: {INSTALL_HINT}"
     if not _triton_imports():
         return TRITON_HINT
     if not (torch.cuda.is_available() or _interpreting()):

@@ -66,29 +66,18 @@ Neither subject takes top-p (``fn.masks = ("top_k",)``): SGLang's candidate path
 
 from __future__ import annotations
 
-import ast
-import importlib.metadata
-import importlib.util
 import math
-import sys
 import threading
 import types
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from engines.sglang import (
-    _LAUNCH,
-    DIST,
-    INSTALL_HINT,
-    SGLANG_VERSION,
-    _installed_version,
-    _interpreting,
-    _triton_imports,
-)
+from engines import sglang
+from engines.sglang import _LAUNCH, _interpreting
+from engines.sglang_wheel import wheel_functions
 from reference.checks import InvalidInput
 from reference.sampling import SamplingParams, gumbel_noise, scaled
 from sharded.group import TPGroup
@@ -113,75 +102,12 @@ FILES = {
 TOP_K_ALL = 1 << 30  # sglang/srt/sampling/sampling_params.py L43
 MAX_FUSED_CANDIDATE_TOPK = 16  # lilicorr.py L18: "the config refuses a wider head"
 FALLBACK = "fallback: top-k off, above 16 or above a rank's tokens: SGLang's candidate_topk never takes the row"
-DEVICE_HINT = "SGLang's sampling kernels need a CUDA GPU, or Triton's CPU interpreter (TRITON_INTERPRET=1)"
 HEAD: dict[str, object] = {"added": 0, "logits_vocab": None, "soft_cap": None, "scale": 1.0, "d2t": "none"}
 
 
-def wheel_paths() -> dict[str, Path]:
-    """The four files as the installed wheel lists them (its RECORD); ``sglang`` is never imported."""
-    try:
-        dist = importlib.metadata.distribution(DIST)
-    except importlib.metadata.PackageNotFoundError:
-        return {}
-    listed = {str(f).replace("\\", "/"): f for f in dist.files or ()}
-    paths = {name: Path(dist.locate_file(listed[rel])) for name, rel in FILES.items() if rel in listed}
-    return {name: path for name, path in paths.items() if path.is_file()}
-
-
 def why_unavailable() -> str | None:
-    """Why the subjects cannot run here (no wheel, another version, no Triton, no CUDA), or None."""
-    version = _installed_version()
-    if version is None:
-        return INSTALL_HINT
-    if version != SGLANG_VERSION:
-        return f"sglang {version} is installed, the subjects are SGLang {SGLANG_VERSION}'s: {INSTALL_HINT}"
-    missing = sorted(set(FILES) - set(wheel_paths()))
-    if missing:
-        return f"sglang {version} is installed without {', '.join(FILES[m] for m in missing)}: {INSTALL_HINT}"
-    if not _triton_imports():
-        return "Triton is not installed: SGLang's kernels need it (`.venv/bin/pip install triton`)"
-    if not (torch.cuda.is_available() or _interpreting()):
-        return DEVICE_HINT
-    return None
-
-
-def _is_sglang_import(node: ast.stmt) -> bool:
-    if isinstance(node, ast.ImportFrom):
-        return (node.module or "").split(".")[0] == "sglang"
-    return isinstance(node, ast.Import) and any(a.name.split(".")[0] == "sglang" for a in node.names)
-
-
-def _compile_decorator(node: ast.expr) -> bool:
-    """``@torch.compile(...)``: dropped (SGLang's functions run eagerly here)."""
-    target = node.func if isinstance(node, ast.Call) else node
-    return isinstance(target, ast.Attribute) and target.attr == "compile"
-
-
-def wheel_functions(name: str, path: Path, keep: tuple[str, ...] | None, given: dict[str, Any]) -> types.ModuleType:
-    """A private module holding ``path``'s top-level statements: every one but its SGLang imports when ``keep`` is
-    None, else its non-SGLang imports and the functions named in ``keep``; SGLang's names come from ``given``."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    body = []
-    for node in tree.body:
-        if _is_sglang_import(node):
-            continue
-        if keep is not None:
-            if isinstance(node, ast.FunctionDef) and node.name in keep:
-                node.decorator_list = [d for d in node.decorator_list if not _compile_decorator(d)]
-            elif not isinstance(node, ast.Import | ast.ImportFrom):
-                continue
-        body.append(node)
-    if keep is not None:
-        found = {n.name for n in body if isinstance(n, ast.FunctionDef)}
-        if set(keep) - found:
-            raise RuntimeError(f"{path} defines no {sorted(set(keep) - found)}")
-    module_name = f"tpargmax_sglang_{SGLANG_VERSION.replace('.', '_')}_{name}"
-    module = types.ModuleType(module_name)
-    module.__file__ = str(path)
-    module.__dict__.update(given)
-    sys.modules[module_name] = module  # Triton's JIT looks a kernel's module up by name
-    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), module.__dict__)  # noqa: S102
-    return module
+    """Why the subjects cannot run here (no wheel, another version, a file missing, no Triton, no CUDA), or None."""
+    return sglang.why_unavailable(FILES)
 
 
 # The rank running SGLang's code now: the simulated group runs its ranks as threads of one process.
@@ -218,7 +144,7 @@ def load() -> types.SimpleNamespace:
     reason = why_unavailable()
     if reason is not None:
         raise RuntimeError(reason)
-    paths = wheel_paths()
+    paths = sglang.kernel_paths(FILES)
     lilicorr = wheel_functions("lilicorr", paths["lilicorr"], None, {"selector_walk_triton": None})
     murmur = wheel_functions("murmur_hash", paths["murmur"], None, {})
 

@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from engines import sglang
 from engines import sglang_sampling as ss
 from groups.simulated import run_simulated
 from reference.sampling import SamplingParams, classic_sample
@@ -24,8 +25,8 @@ def test_why_unavailable_names_the_install_command():
     """In the default venv (no wheel) the reason is the install command; with everything there, None."""
     reason = ss.why_unavailable()
     assert reason is None or "install-sglang" in reason or "TRITON_INTERPRET" in reason or "Triton" in reason
-    if ss._installed_version() is None:
-        assert reason == ss.INSTALL_HINT
+    if sglang._installed_version() is None:
+        assert reason == sglang.INSTALL_HINT
 
 
 def test_subjects_declare_their_masks_head_and_noise():

@@ -89,8 +89,6 @@ _REJECTION_FUNCTIONS = (
 BATCHED_SCORES = 1 << 24  # the most [n, 1, K, K] score elements one walk launch is given (glue 2)
 VOCAB_BLOCK_SIZE = 8192  # rejection_sample's block of the statistics kernel (rejection_sampler_utils.py L1098)
 HEAD: dict[str, object] = {"d2t": "none", "target_extra": 0}
-_SPECULATOR_IMPORTS = ("vllm.config", "vllm.config.compilation", "vllm.v1.worker.gpu.spec_decode.dflash.speculator")
-
 _RS: Any = None  # the rejection functions, set by _kernels() before the driver's first launch
 
 
@@ -142,42 +140,13 @@ def _driver():
 
 
 @cache
-def _interpreter_comparisons_are_int1() -> None:
-    """Triton 3.9's interpreter gives a comparison's result the operands' type (``InterpreterBuilder.binary_op``
-    keeps ``lhs.dtype``), so a scalar comparison splats to int64 and ``mask & valid`` in ``_selector_walk_kernel``
-    (L42-51) becomes an int32 mask that ``tl.load`` refuses ("mask has unsupported dtype").  Compiled Triton types
-    every comparison int1; so does this wrapper, for the interpreter only (Triton's, not vLLM's code)."""
-    import numpy as np
-    import triton.language as tl
-    from triton.runtime import interpreter
-
-    comparisons = {np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal}
-    binary_op = interpreter.InterpreterBuilder.binary_op
-
-    def typed(self, lhs, rhs, op):
-        out = binary_op(self, lhs, rhs, op)
-        if op in comparisons:
-            return interpreter.TensorHandle(np.asarray(out.data, dtype=np.bool_), tl.int1)
-        return out
-
-    interpreter.InterpreterBuilder.binary_op = typed
-
-
-@cache
 def _kernels() -> tuple[types.ModuleType, types.ModuleType]:
     """vLLM's DFlash2 speculator file and the rejection functions (loaded once per process)."""
     global _RS
-    import importlib
+    from engines.vllm.triton_files import interpreter_comparisons_are_int1, load
 
-    from engines.vllm.triton_files import load
-
-    # The speculator file's other vLLM imports, imported first as vLLM's own modules: imported while
-    # ``triton_files.load`` puts its two-name ``vllm.triton_utils`` in place, their own imports (``HAS_TRITON``,
-    # from the mamba ops the DFlash speculator pulls in) fail.
-    for module in _SPECULATOR_IMPORTS:
-        importlib.import_module(module)
     if interpreting():
-        _interpreter_comparisons_are_int1()
+        interpreter_comparisons_are_int1()
     _RS = _rejection_functions()
     _driver()
     return load(DFLASH2), _RS

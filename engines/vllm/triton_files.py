@@ -10,6 +10,7 @@ run natively on a GPU, or under Triton's CPU interpreter (``TRITON_INTERPRET=1``
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import sys
@@ -30,6 +31,9 @@ DEVICE_HINT = "vLLM's Triton samplers need a CUDA GPU, or Triton's CPU interpret
 GUMBEL = "v1/worker/gpu/sample/gumbel.py"
 DFLASH2 = "v1/worker/gpu/spec_decode/dflash2/speculator.py"
 _MODULES = {GUMBEL: "vllm.v1.worker.gpu.sample.gumbel", DFLASH2: "vllm.v1.worker.gpu.spec_decode.dflash2.speculator"}
+# A file's other vLLM imports, imported first as vLLM's own modules: imported while ``vllm.triton_utils`` is the
+# two-name stand-in, their own imports (``HAS_TRITON``, from the mamba ops the DFlash speculator pulls in) fail.
+_FIRST = {DFLASH2: ("vllm.config", "vllm.config.compilation", "vllm.v1.worker.gpu.spec_decode.dflash.speculator")}
 
 # Triton's interpreter patches triton.language module-wide while a kernel runs: two rank threads of the simulated
 # group must not run kernels at once (and on a GPU it keeps first-call compilation to one thread).
@@ -96,6 +100,8 @@ def load(relative: str) -> ModuleType:
     reason = why_unavailable()
     if reason is not None:
         raise RuntimeError(reason)
+    for module_name in _FIRST.get(relative, ()):
+        importlib.import_module(module_name)
     stands_for = {_MODULES[GUMBEL]: load(GUMBEL)} if relative != GUMBEL else {}
     path = vllm_dir() / relative
     name = "tpargmax_vllm_" + relative.removesuffix(".py").replace("/", "_")
@@ -107,3 +113,27 @@ def load(relative: str) -> ModuleType:
     with _real_triton(stands_for):
         spec.loader.exec_module(module)
     return module
+
+
+COMPARISONS = frozenset({"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"})
+
+
+@cache
+def interpreter_comparisons_are_int1() -> None:
+    """Triton 3.9's interpreter gives a comparison's result the operands' type (``InterpreterBuilder.binary_op``
+    keeps ``lhs.dtype``), so a scalar comparison splats to int64 and ``mask & valid`` in DFlash2's
+    ``_selector_walk_kernel`` becomes an int32 mask that ``tl.load`` refuses ("mask has unsupported dtype").
+    Compiled Triton types every comparison int1; so does this wrapper, put on the interpreter once (Triton's
+    code, not vLLM's)."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    binary_op = interpreter.InterpreterBuilder.binary_op
+
+    def typed(self, lhs, rhs, op):
+        out = binary_op(self, lhs, rhs, op)
+        if getattr(op, "__name__", "") in COMPARISONS:  # the interpreter's NumPy comparison ufuncs
+            return interpreter.TensorHandle(out.data.astype(bool), tl.int1)
+        return out
+
+    interpreter.InterpreterBuilder.binary_op = typed

@@ -39,16 +39,15 @@ import triton.language as tl
 def interpreter_comparisons_are_int1() -> None:
     """Triton 3.9's interpreter types a comparison like its operands, so ``(req_state >= 0) & (offsets < top_k)``
     (L95) becomes an int32 mask that ``tl.load`` refuses; compiled Triton types it int1, as this does."""
-    import numpy as np
     from triton.runtime import interpreter
 
-    comparisons = {np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal}
+    comparisons = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}
     binary_op = interpreter.InterpreterBuilder.binary_op
 
     def typed(self, lhs, rhs, op):
         out = binary_op(self, lhs, rhs, op)
-        if op in comparisons:
-            return interpreter.TensorHandle(np.asarray(out.data, dtype=np.bool_), tl.int1)
+        if getattr(op, "__name__", "") in comparisons:  # the interpreter's NumPy comparison ufuncs
+            return interpreter.TensorHandle(out.data.astype(bool), tl.int1)
         return out
 
     interpreter.InterpreterBuilder.binary_op = typed

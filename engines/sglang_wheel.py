@@ -1,0 +1,56 @@
+"""Functions of SGLang's wheel files, run without importing ``sglang`` (which needs SGLang's dependencies).
+
+Every module that defines SGLang's sampling functions starts with ``from sglang...`` imports, and ``import sglang``
+fails without ``orjson`` and the rest.  :func:`wheel_functions` parses a wheel file, keeps what is asked for (and the
+file's non-SGLang imports), compiles it under the file's own path and line numbers (Triton's JIT and tracebacks
+read the real file), and runs it in a namespace where each SGLang name it uses is given.  Nothing is copied.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from engines.sglang import SGLANG_VERSION
+
+
+def _is_sglang_import(node: ast.stmt) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return (node.module or "").split(".")[0] == "sglang"
+    return isinstance(node, ast.Import) and any(a.name.split(".")[0] == "sglang" for a in node.names)
+
+
+def _compile_decorator(node: ast.expr) -> bool:
+    """``@torch.compile(...)``: dropped (SGLang's functions run eagerly here)."""
+    target = node.func if isinstance(node, ast.Call) else node
+    return isinstance(target, ast.Attribute) and target.attr == "compile"
+
+
+def wheel_functions(name: str, path: Path, keep: tuple[str, ...] | None, given: dict[str, Any]) -> types.ModuleType:
+    """A private module holding ``path``'s top-level statements: every one but its SGLang imports when ``keep`` is
+    None, else its non-SGLang imports and the functions named in ``keep``; SGLang's names come from ``given``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    body = []
+    for node in tree.body:
+        if _is_sglang_import(node):
+            continue
+        if keep is not None:
+            if isinstance(node, ast.FunctionDef) and node.name in keep:
+                node.decorator_list = [d for d in node.decorator_list if not _compile_decorator(d)]
+            elif not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+        body.append(node)
+    if keep is not None:
+        found = {n.name for n in body if isinstance(n, ast.FunctionDef)}
+        if set(keep) - found:
+            raise RuntimeError(f"{path} defines no {sorted(set(keep) - found)}")
+    module_name = f"tpargmax_sglang_{SGLANG_VERSION.replace('.', '_')}_{name}"
+    module = types.ModuleType(module_name)
+    module.__file__ = str(path)
+    module.__dict__.update(given)
+    sys.modules[module_name] = module  # Triton's JIT looks a kernel's module up by name
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), module.__dict__)  # noqa: S102
+    return module
