@@ -38,6 +38,8 @@ def _sample(
     per_rank: int | None = None,
     shard_log_prob: bool = False,
     ignore_top_p: bool = False,
+    rank_order: bool = False,
+    nan_loses: bool = False,
 ):
     """Gather each rank's token rows (or its top ``per_rank``), then mask, add noise and take the first maximum."""
     logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
@@ -74,6 +76,8 @@ def _sample(
     valid = tid >= 0
     xs = xs.float().masked_fill(~valid, -math.inf)
     order = tid.masked_fill(~valid, 2**40).argsort(dim=1)  # by target id, as the classic row is
+    if rank_order:  # left as gathered: rank by rank, so a tie goes to the lower rank
+        order = torch.arange(tid.shape[1]).expand_as(tid)
     xs, gs, raws, tid, valid = (a.gather(1, order) for a in (xs, gs, raws, tid, valid))
     batch = xs.shape[0]
     tokens = torch.empty(batch, dtype=torch.int64)
@@ -97,6 +101,8 @@ def _sample(
             score = (r.float() + n) / float(t[row])
         else:
             score = v + n
+        if nan_loses:  # a max that compares with ``>``: a NaN never beats anything
+            score = score.masked_fill(score.isnan(), -math.inf)
         best = int(score.masked_fill(~kept, -math.inf).argmax())
         tokens[row] = ids_row[best]
         raw_lp = torch.log_softmax(r, dim=0)[best]
@@ -128,6 +134,8 @@ noise_before_masks = _broken("noise_before_masks", "Top-k and top-p choose on no
 greedy_rows_sampled = _broken("greedy_rows_sampled", "Samples temperature-0 rows at T = 1.", greedy_sampled=True)
 top_k_drops_ties = _broken("top_k_drops_ties", "Keeps exactly k tokens: ties at the k-th value dropped.", exact_k=True)
 top_p_ignored = _broken("top_p_ignored", "Never applies top-p.", ignore_top_p=True)
+ties_by_rank = _broken("ties_by_rank", "Takes the first maximum in rank order, not by id.", rank_order=True)
+nan_never_wins = _broken("nan_never_wins", "Its maximum compares with >: a NaN never wins.", nan_loses=True)
 log_prob_per_shard = _broken(
     "log_prob_per_shard", "The raw log-probability normalised by the owner rank's log-sum-exp.", shard_log_prob=True
 )
