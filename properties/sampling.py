@@ -20,7 +20,7 @@ from properties.checks import run_valid
 from properties.diagnose import draft_targets, fail, non_token_rule, repro_extra
 from properties.runner import backend_tps, oracle_draft_logits, oracle_target_logits
 from properties.sample_plans import SamplePlan, plan_fields, sampling_params
-from properties.sampling_faults import Variant, name_fault, variant_sample
+from properties.sampling_faults import Variant, name_fault, tie_rule, variant_sample
 from properties.top_k import bitwise_equal
 from reference.sampling import (
     Noise,
@@ -208,6 +208,7 @@ def check_sample_exact(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
             lambda toks, _kept, r: int(toks[r]) == int(tokens[r]),
             _unmoved(impl, inputs, params, tokens, expected, SAMPLE_EXACT),
         )
+        rule = rule or tie_rule(inputs, params, noise, wrong, tokens, want)
         if rule is None:
             rule = GREEDY_WRONG if bool(params.greedy[row]) else SAMPLE_WRONG
         lines = _row_lines(params.to("cpu"), row, int(expected[row]), got, want.kept.cpu())

@@ -17,6 +17,7 @@ from properties.diagnose import NAN_NOT_MAX, TIE_BY_RANK, draft_targets
 from properties.runner import oracle_target_logits
 from reference.sampling import (
     Noise,
+    Sample,
     SamplingParams,
     scaled,
     top_k_mask,
@@ -37,6 +38,8 @@ NO_FALLBACK_NO_MASK = "sampled from the candidates alone without a mask (every t
 GREEDY_SAMPLED = "greedy row (temperature 0) sampled: noise added to an argmax row"
 TOP_K_SKIPPED = "top-k not applied: the token lies below the k-th value"
 TOP_P_SKIPPED = "top-p not applied: the token lies outside the nucleus"
+# no model: the token ties the classic one's score, in an order none of the models gives (torch.topk's, say)
+TIE_UNORDERED = "tie resolved to another tied token: neither the lowest id nor rank order"
 
 
 @dataclass(frozen=True)
@@ -186,3 +189,25 @@ def name_fault(
         if all(agrees(tokens, kept, row) for row in rows) and confirm(variant):
             return rule
     return None
+
+
+def tie_rule(
+    inputs: Inputs, params: SamplingParams, noise: Noise, rows: list[int], tokens: torch.Tensor, want: Sample
+) -> str | None:
+    """:data:`TIE_UNORDERED` where on every row of ``rows`` the implementation's token (``tokens``) ties the classic
+    sampler's (``want``): a token it may draw whose score (greedy: the logit; sampled: ``x + noise``) equals the
+    classic token's, NaN with NaN."""
+    params = params.to("cpu")
+    full, mapped = oracle_target_logits(inputs)
+    x = scaled(full, params)
+    greedy = params.greedy.unsqueeze(1)
+    score = torch.where(greedy, full.float(), x + noise(params.seed, torch.arange(x.shape[1])).cpu())
+    drawable = torch.where(greedy, mapped.expand_as(x), want.kept.cpu())
+    for row in rows:
+        got, best = int(tokens[row]), int(want.tokens[row])
+        if not (0 <= got < x.shape[1] and bool(drawable[row, got])):
+            return None
+        a, b = score[row, got], score[row, best]
+        if not (bool(a == b) or bool(a.isnan() & b.isnan())):
+            return None
+    return TIE_UNORDERED

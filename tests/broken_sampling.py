@@ -40,6 +40,7 @@ def _sample(
     ignore_top_p: bool = False,
     rank_order: bool = False,
     nan_loses: bool = False,
+    largest_first: bool = False,
 ):
     """Gather each rank's token rows (or its top ``per_rank``), then mask, add noise and take the first maximum."""
     logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
@@ -78,6 +79,8 @@ def _sample(
     order = tid.masked_fill(~valid, 2**40).argsort(dim=1)  # by target id, as the classic row is
     if rank_order:  # left as gathered: rank by rank, so a tie goes to the lower rank
         order = torch.arange(tid.shape[1]).expand_as(tid)
+    if largest_first:  # by target id, descending: a tie goes to the largest id
+        order = tid.masked_fill(~valid, -1).argsort(dim=1, descending=True)
     xs, gs, raws, tid, valid = (a.gather(1, order) for a in (xs, gs, raws, tid, valid))
     batch = xs.shape[0]
     tokens = torch.empty(batch, dtype=torch.int64)
@@ -135,6 +138,7 @@ greedy_rows_sampled = _broken("greedy_rows_sampled", "Samples temperature-0 rows
 top_k_drops_ties = _broken("top_k_drops_ties", "Keeps exactly k tokens: ties at the k-th value dropped.", exact_k=True)
 top_p_ignored = _broken("top_p_ignored", "Never applies top-p.", ignore_top_p=True)
 ties_by_rank = _broken("ties_by_rank", "Takes the first maximum in rank order, not by id.", rank_order=True)
+ties_to_largest_id = _broken("ties_to_largest_id", "Takes the last maximum by id.", largest_first=True)
 nan_never_wins = _broken("nan_never_wins", "Its maximum compares with >: a NaN never wins.", nan_loses=True)
 log_prob_per_shard = _broken(
     "log_prob_per_shard", "The raw log-probability normalised by the owner rank's log-sum-exp.", shard_log_prob=True

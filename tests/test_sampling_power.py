@@ -32,6 +32,7 @@ CATCHES = [  # (property, broken sampler, the first line of its failure, numbers
     (ts.test_kept_set, "top_k_drops_ties", f"[{faults.TOP_K_TIES_DROPPED}]"),
     (ts.test_sample_exact, "top_p_ignored", f"[{faults.TOP_P_SKIPPED}]"),
     (ts.test_sample_exact, "ties_by_rank", f"[{faults.TIE_BY_RANK}]"),
+    (ts.test_sample_exact, "ties_to_largest_id", f"[{faults.TIE_UNORDERED}]"),
     (ts.test_sample_exact, "nan_never_wins", f"[{faults.NAN_NOT_MAX}]"),
     (ts.test_sample_exact, "top_p_over_candidates", f"[{faults.TOP_P_OVER_CANDIDATES}]"),
     (ts.test_kept_set, "top_p_over_candidates", f"[{faults.TOP_P_OVER_CANDIDATES}]"),
