@@ -208,7 +208,7 @@ def check_sample_exact(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
             lambda toks, _kept, r: int(toks[r]) == int(tokens[r]),
             _unmoved(impl, inputs, params, tokens, expected, SAMPLE_EXACT),
         )
-        rule = rule or tie_rule(inputs, params, noise, wrong, tokens, want)
+        rule = rule or tie_rule(inputs, params, noise, [row], tokens, want)  # as the fallbacks: the row shown
         if rule is None:
             rule = GREEDY_WRONG if bool(params.greedy[row]) else SAMPLE_WRONG
         lines = _row_lines(params.to("cpu"), row, int(expected[row]), got, want.kept.cpu())
