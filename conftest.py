@@ -19,7 +19,7 @@ from hypothesis._settings import is_in_ci
 
 from groups.devices import DEVICE_ENV, DEVICES, check_backend, check_device, default_device
 from groups.pool import close_all_pools
-from properties import coverage, results, runner
+from properties import coverage, example_db, results, runner
 from properties.profiles import backend_budget  # importing it registers dev, ci and nightly
 from sharded.impls import IMPL_ENV, SAMPLING_IMPL_ENV, TOPK_IMPL_ENV, load_impl
 from sharded.local_argmax import BUILTINS, DEFAULT_IMPLS
@@ -118,6 +118,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if (why := example_db.problem()) is not None:  # a shared database that cannot be used: say so, never fall back
+        raise pytest.UsageError(why)
     runner.collective_timeout = config.getoption("collective_timeout")
     record = os.environ.get(coverage.COVERAGE_ENV)
     statistics = config.getoption("hypothesis_show_statistics", False) and os.environ.get(coverage.EVENTS_ENV) != "off"
@@ -234,6 +236,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         impls = [params[name] for name in SUBJECTS if name in params]
         if params.get("backend") == "sim" and any(impl.process_bound for impl in impls):
             item.add_marker(pytest.mark.skip(reason="needs a process per rank (an engine): runs on gloo and torchrun"))
+        elif params.get("backend") == "torchrun" and getattr(item, "originalname", "") == "test_tp_invariance":
+            item.add_marker(pytest.mark.skip(reason="a torchrun job has one tp, and TP invariance compares two"))
         elif item.get_closest_marker("own_head") and any(impl.head for impl in impls):
             item.add_marker(
                 pytest.mark.skip(

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from groups.devices import check_device
-from groups.tasks import TaskRunner, outcome
+from groups.tasks import RankLost, RemoteError, TaskRunner, outcome
 from groups.torch_group import TorchGroup, all_gather_flat
 from sharded.group import Traffic
 
@@ -61,6 +61,7 @@ class TorchrunJob:
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.runner = TaskRunner(TorchGroup())
         self._started: set[str] = set()
+        self.lost = ""  # why the job can take no more tasks: a rank (or its node) went away mid-task
 
     def _broadcast(self, obj: Any = None) -> Any:
         """Rank 0's ``obj`` on every rank."""
@@ -91,9 +92,25 @@ class TorchrunJob:
         return ("ok", _to(reply[1], torch.device("cpu")), reply[2]) if reply[0] == "ok" else reply
 
     def run(self, spec: str, per_rank_kwargs: list[dict[str, Any]]) -> tuple[list[Any], list[Traffic]]:
-        """On rank 0: run one task on every rank of the job."""
+        """On rank 0: run one task on every rank of the job.  A rank that went away (its process, or its node in a
+        multi-node job) breaks the control channel: that task, and every later one at once, is :class:`RankLost`."""
         if len(per_rank_kwargs) != self.world_size:  # checked here: a short task would crash a serving rank
             raise ValueError(f"a task for {len(per_rank_kwargs)} ranks on a torchrun job of {self.world_size}")
+        if self.lost:
+            raise RankLost(self.lost)
+        try:
+            return self._run(spec, per_rank_kwargs)
+        except RuntimeError as exc:  # gloo's read error or timeout on the control channel
+            if isinstance(exc, RemoteError):
+                raise
+            detail = " ".join(str(exc).split())[:300]
+            self.lost = (
+                f"torchrun job of {self.world_size} ({self.backend}): a rank stopped answering the control channel, "
+                f"its process or its node gone ({detail}); no later task can run on this job"
+            )
+            raise RankLost(self.lost) from None
+
+    def _run(self, spec: str, per_rank_kwargs: list[dict[str, Any]]) -> tuple[list[Any], list[Traffic]]:
         if spec not in self._started:  # start-up first (sharded.impls.Impl.start), as the pool does
             self._broadcast((spec, [None] * self.world_size))
             outcome(dict(enumerate(self._gather(self._execute(spec, None)))), self.world_size, "torchrun start-up", "")
@@ -111,4 +128,5 @@ class TorchrunJob:
             self._gather(self._execute(spec, per_rank_kwargs[self.rank]))
 
     def stop(self) -> None:
-        self._broadcast(None)
+        if not self.lost:  # a lost rank cannot be told; the survivors end on their collective timeout
+            self._broadcast(None)

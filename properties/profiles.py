@@ -14,26 +14,23 @@ they are cheap; what a process group adds (real collectives, processes,
 pickling) shows on any example, and costs more per example, most of all when
 xdist workers and rank processes share two cores.
 
-The local database is ``.hypothesis/examples`` (or ``$TPARGMAX_DB``), shared by
-``tpargmax fuzz`` and ordinary runs, so a nightly find is replayed first by the
-next ``pytest``. ``TPARGMAX_SHARED_DB=owner/repo`` adds, read-only, the database
-that a GitHub Actions workflow of that repository uploads as an artifact.
+The example database (:mod:`properties.example_db`) is ``.hypothesis/examples``, a
+directory in ``$TPARGMAX_DB``, or a Redis server beside the directory
+(``TPARGMAX_DB=redis://HOST:PORT/N``), shared by ``tpargmax fuzz`` and ordinary
+runs, so a nightly find is replayed first by the next ``pytest``.
+``TPARGMAX_SHARED_DB=owner/repo`` adds, read-only, the database that a GitHub
+Actions workflow of that repository uploads as an artifact.  The ``ci`` profile
+is derandomised, which in Hypothesis means no database at all.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from hypothesis import HealthCheck, settings
-from hypothesis.database import (
-    DirectoryBasedExampleDatabase,
-    ExampleDatabase,
-    GitHubArtifactDatabase,
-    MultiplexedDatabase,
-    ReadOnlyDatabase,
-)
+
+from properties.example_db import example_database
 
 CI_EXAMPLES = 360
 BACKEND_SHARE = {"sim": 1.0, "gloo": 1 / 6, "torchrun": 1 / 6}
@@ -52,15 +49,6 @@ PROPERTY_SHARE = {
     "test_sample_log_probs": 0.125,
     "test_sample_invariance": 0.0625,
 }
-
-
-def example_database() -> ExampleDatabase:
-    local = DirectoryBasedExampleDatabase(os.environ.get("TPARGMAX_DB", ".hypothesis/examples"))
-    shared = os.environ.get("TPARGMAX_SHARED_DB")
-    if not shared:
-        return local
-    owner, _, repo = shared.partition("/")
-    return MultiplexedDatabase(local, ReadOnlyDatabase(GitHubArtifactDatabase(owner, repo)))
 
 
 _LOCAL = settings(  # dev and nightly: no deadline (threads and processes), the local database, blobs

@@ -310,3 +310,13 @@ def rank_one_dies(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t
             raise RuntimeError("rank_one_dies kills its process: run it on a process group, not the simulated one")
         os.kill(os.getpid(), signal.SIGKILL)
     return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+
+
+def node_one_goes_down(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """Rank 1 takes its torchrun launcher down with it (SIGKILL to both): a node lost in a multi-node job."""
+    if group.rank == 1:
+        if not isinstance(group, TorchGroup):
+            raise RuntimeError("node_one_goes_down kills its launcher: run it under torchrun, one rank per node")
+        os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)

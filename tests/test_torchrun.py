@@ -1,43 +1,109 @@
-"""The property suite under torchrun with gloo, 2 ranks: rank 0 draws, both ranks compute."""
+"""The property suite as a torchrun job: two launchers on the loopback address as two hosts (``--nnodes 2``, c10d
+rendezvous, one gloo rank each), as a multi-node TP group runs: rank 0 draws, both ranks compute.  A node lost
+mid-run is a clear failure within the timeout, and no process of either node outlives the test.  (``--standalone``
+on one host runs the same code under torch's own single-node launcher.)"""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import uuid
+from pathlib import Path
 
-from tests.suite import run
+from tests.suite import ROOT
 
-
-def torchrun(*args: str) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "-m",
-        "properties.torchrun",
-        "-q",
-        "--hypothesis-profile",
-        "ci",
-        "--max-examples",
-        "20",
-        "--collective-timeout",
-        "20",
-        *args,
-    ]
-    return run(cmd)
+TIMEOUT = 240  # seconds for the whole job; the collective timeout below bounds a lost node's wait
 
 
-def test_the_suite_runs_on_torchrun_ranks():
-    """One job: the built-in local paths pass, and a broken implementation fails for its rule on the job's group."""
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _alive(group: int) -> list[int]:
+    """Processes of process group ``group`` that have not ended (zombies waiting for a parent excepted)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            alive.append(int(stat.parent.name))
+    return alive
+
+
+def two_nodes(*args: str) -> list[tuple[int, str]]:
+    """``properties.torchrun ARGS`` on two one-rank nodes; each node's exit status and output."""
+    endpoint, job = f"127.0.0.1:{_free_port()}", uuid.uuid4().hex[:8]
+    with tempfile.TemporaryDirectory(prefix="tpargmax-nodes-") as tmp:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TPARGMAX_")}
+        env |= {"TPARGMAX_REPRO_DIR": os.path.join(tmp, "repro"), "TPARGMAX_DB": os.path.join(tmp, "examples")}
+        nodes = []
+        for host in (1, 0):  # the rendezvous host is node 0, as the first host of a real job
+            launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
+            launcher += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", job]
+            launcher += ["--rdzv-conf", f"is_host={host}", "--local-addr", "127.0.0.1", "--max-restarts", "0"]
+            command = [*launcher, "-m", "properties.torchrun", "-q", "--hypothesis-profile", "ci", *args]
+            out = open(os.path.join(tmp, f"node{1 - host}.log"), "w+")  # noqa: SIM115 - closed below
+            nodes.append(
+                (
+                    subprocess.Popen(
+                        command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                    ),
+                    out,
+                )
+            )
+        try:
+            results = []
+            for proc, out in nodes:
+                code = proc.wait(TIMEOUT)
+                out.seek(0)
+                results.append((code, out.read()))
+            return results
+        finally:
+            for proc, out in nodes:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                out.close()
+            assert [pid for proc, _ in nodes for pid in _alive(proc.pid)] == []  # nothing outlives the job
+
+
+OPTIONS = ["--max-examples", "10", "--collective-timeout", "20", "properties/test_equivalence.py", "-k", "token_exact"]
+
+
+def _driver_and_other(results: list[tuple[int, str]]) -> tuple[tuple[int, str], tuple[int, str]]:
+    """The node whose rank 0 ran pytest (the rendezvous may put it on either), then the other."""
+    (driver,) = [r for r in results if "short test summary" in r[1]]
+    (other,) = [r for r in results if r is not driver]
+    return driver, other
+
+
+def test_a_tp_group_spans_two_nodes():
+    """One job of two hosts' ranks: the built-in local paths pass, and a broken implementation fails for its rule,
+    argmax and top-k alike."""
     impls = "packed_key,vllm_pairs,tests.broken:highest_rank_wins"
-    files = ["properties/test_equivalence.py", "properties/test_top_k.py"]  # argmax and top-k over the job's group
-    out = torchrun("--impl", impls, *files, "-k", "not tp_invariance and (not highest_rank_wins or token_exact)")
-    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    files = ["properties/test_equivalence.py", "properties/test_top_k.py"]
+    selected = "not tp_invariance and (not highest_rank_wins or token_exact)"
+    options = ["--max-examples", "20", "--collective-timeout", "20", *files, "-k", selected]
+    (code, out), other = _driver_and_other(two_nodes("--impl", impls, *options))
+    assert code == 1, out[-3000:]
     # pytest may append the message to each summary line (always under CI): compare the test ids
-    failed = [line.split(" - ")[0] for line in out.stdout.splitlines() if line.startswith("FAILED ")]
+    failed = [line.split(" - ")[0] for line in out.splitlines() if line.startswith("FAILED ")]
     assert failed == [f"FAILED properties/test_equivalence.py::test_token_exact[{impls.split(',')[-1]}-torchrun]"]
-    assert "[tie across ranks resolved to the higher rank]" in out.stdout
-    assert "on the torchrun job's group of tp=2" in out.stdout and " passed" in out.stdout
+    assert "[tie across ranks resolved to the higher rank]" in out, out[-3000:]
+    assert "on the torchrun job's group of tp=2" in out and " passed" in out, out[-3000:]
+    assert other[0] == 0, other[1][-3000:]  # the other node served every task and ended when told
+
+
+def test_a_node_lost_mid_run_is_a_clear_failure():
+    (code, out), other = _driver_and_other(two_nodes("--impl", "tests.broken:node_one_goes_down", *OPTIONS))
+    assert code == 1, out[-3000:]
+    assert "[rank process ended: torchrun job of 2 (gloo): a rank stopped answering" in out, out[-3000:]
+    assert other[0] == -signal.SIGKILL, other[1][-3000:]  # the lost node's launcher, killed with its rank

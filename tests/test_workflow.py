@@ -1,10 +1,13 @@
-"""The nightly workflow is valid YAML, runs on a schedule, carries the database, uploads the finds,
-and names only commands that exist."""
+"""The nightly workflow is valid YAML, runs on a schedule as a matrix of fuzz workers on one database, merges their
+finds into one summary, carries the database, uploads the finds, and names only commands that exist."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
+import subprocess
 
 import yaml
 
@@ -13,31 +16,75 @@ from tpargmax.cli import build_parser
 
 WORKFLOW = yaml.safe_load((ROOT / ".github" / "workflows" / "nightly.yml").read_text(encoding="utf-8"))
 TRIGGERS = WORKFLOW[True]  # YAML 1.1, which PyYAML reads, takes the bare key `on` for the boolean true
-STEPS = WORKFLOW["jobs"]["fuzz"]["steps"]
+JOBS = WORKFLOW["jobs"]
+FUZZ, SUMMARY = JOBS["fuzz"], JOBS["summary"]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _uses(job: dict) -> list[tuple[str, dict]]:
+    return [(s.get("uses", ""), s.get("with", {})) for s in job["steps"]]
+
+
+def _runs(job: dict) -> list[str]:
+    return [s["run"] for s in job["steps"] if "run" in s]
 
 
 def test_runs_nightly_on_a_schedule():
     (schedule,) = TRIGGERS["schedule"]
     assert len(schedule["cron"].split()) == 5
-    assert int(WORKFLOW["jobs"]["fuzz"]["timeout-minutes"]) <= 120
+    assert int(FUZZ["timeout-minutes"]) <= 120
+
+
+def test_n_workers_set_in_one_place_each_a_disjoint_shard(tmp_path):
+    n = int(WORKFLOW["env"]["FUZZ_WORKERS"])
+    (step,) = JOBS["shards"]["steps"]
+    out = tmp_path / "out"
+    env = {**os.environ, "FUZZ_WORKERS": str(n), "GITHUB_OUTPUT": str(out)}
+    subprocess.run(["bash", "-c", step["run"]], env=env, check=True, timeout=60)
+    key, _, value = out.read_text().strip().partition("=")
+    assert key == "list" and json.loads(value) == [f"{i}/{n}" for i in range(1, n + 1)]
+    assert FUZZ["strategy"]["matrix"]["shard"] == "${{ fromJSON(needs.shards.outputs.list) }}"
+    assert FUZZ["env"]["SHARD"] == "${{ matrix.shard }}"
+    (fuzz,) = [r for r in _runs(FUZZ) if " fuzz " in r]
+    assert '--shard "$SHARD"' in fuzz
+
+
+def test_the_workers_share_a_redis_database():
+    assert "redis" in FUZZ["services"] and FUZZ["services"]["redis"]["image"].startswith("redis:")
+    assert (
+        "redis://localhost:6379/" in FUZZ["env"]["TPARGMAX_DB"]
+        and "secrets.TPARGMAX_DB_URL" in FUZZ["env"]["TPARGMAX_DB"]
+    )
+    assert any("'.[redis]'" in r for r in _runs(FUZZ))
 
 
 def test_restores_and_saves_the_database_and_uploads_the_finds():
-    uses = [(s.get("uses", ""), s.get("with", {})) for s in STEPS]
+    uses = _uses(FUZZ)
     assert any(u.startswith("actions/cache/restore@") and w["path"] == ".hypothesis/examples" for u, w in uses)
     assert any(u.startswith("actions/cache/save@") and w["path"] == ".hypothesis/examples" for u, w in uses)
-    uploaded = " ".join(w["path"] for u, w in uses if u.startswith("actions/upload-artifact@"))
-    assert ".hypothesis/examples" in uploaded and "repro/" in uploaded and "fuzz-log.jsonl" in uploaded
-    names = [w.get("name") for u, w in uses if u.startswith("actions/upload-artifact@")]
-    assert "hypothesis-example-db" in names  # GitHubArtifactDatabase's default artifact name
+    (worker,) = [w for u, w in uses if u.startswith("actions/upload-artifact@")]
+    assert ".hypothesis/examples" in worker["path"] and "fuzz-results/" in worker["path"]
+    assert worker["include-hidden-files"] is True  # upload-artifact leaves out .hypothesis otherwise
+    merged = {w["name"]: w for u, w in _uses(SUMMARY) if u.startswith("actions/upload-artifact@")}
+    assert "hypothesis-example-db" in merged  # GitHubArtifactDatabase's default artifact name
+    assert merged["hypothesis-example-db"]["include-hidden-files"] is True
+    assert "repro/" in merged["tpargmax-repro"]["path"]
+
+
+def test_a_final_job_merges_every_worker_into_the_job_summary():
+    assert SUMMARY["needs"] == "fuzz" and SUMMARY["if"] == "always()"
+    runs = _runs(SUMMARY)
+    (merge,) = [r for r in runs if "fuzz-summary" in r and r.startswith(".venv/bin/tpargmax")]
+    assert "--out fuzz-summary.md" in merge and "--repro-out repro" in merge
+    assert any("fuzz-summary.md" in r and "$GITHUB_STEP_SUMMARY" in r for r in runs)
 
 
 def test_names_only_commands_that_exist():
-    runs = [s["run"] for s in STEPS if "run" in s]
     setup = re.search(r"```bash\n(.+?)\n", README).group(1)
-    assert runs[0] == setup, "the workflow sets up exactly as README does"
+    for job in (FUZZ, SUMMARY):
+        assert _runs(job)[0] == setup, "the workflow sets up exactly as README does"
+    runs = [r.replace('"$SHARD"', "1/2") for job in JOBS.values() for r in _runs(job)]
     tpargmax = [shlex.split(r) for r in runs if r.startswith(".venv/bin/tpargmax ")]
-    assert tpargmax and any(args[1] == "fuzz" for args in tpargmax)
+    assert {args[1] for args in tpargmax} == {"fuzz", "fuzz-summary"}
     for args in tpargmax:
         build_parser().parse_args(args[1:])  # exits with a usage error if the command or an option is unknown

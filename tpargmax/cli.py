@@ -84,7 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("-n", "--workers", default="auto", help="pytest-xdist workers (default %(default)s)")
     fuzz.add_argument("--repro-dir", default="repro", help="where failures are written (default %(default)s)")
     fuzz.add_argument("--log", default=".hypothesis/fuzz-log.jsonl", help="seeds and counts per round")
+    fuzz.add_argument(
+        "--shard", type=_shard, default=(1, 1), metavar="I/N", help="worker I of N: round seeds disjoint from theirs"
+    )
+    fuzz.add_argument(
+        "--db", help="example database: a directory, or redis://HOST:PORT/N shared by a fleet (default $TPARGMAX_DB)"
+    )
     fuzz.set_defaults(run=lambda args: _lazy("tpargmax.fuzz", "fuzz")(args))
+
+    summary = commands.add_parser(
+        "fuzz-summary", help="merge fuzz workers' logs and repro files into one summary (Markdown)"
+    )
+    summary.add_argument("dirs", nargs="+", help="each worker's results: fuzz-log*.jsonl and repro files, any depth")
+    summary.add_argument("--repro-out", help="copy every distinct repro file here")
+    summary.add_argument("--out", help="write the summary here (default: print)")
+    summary.set_defaults(run=lambda args: _lazy("tpargmax.fuzz_summary", "main")(args))
 
     vllm = commands.add_parser("install-vllm", help="install vLLM 0.32.0 (CPU) into this venv, for the vLLM tests")
     vllm.add_argument("--dry-run", action="store_true", help="print the commands without running them")
@@ -145,6 +159,18 @@ def build_parser() -> argparse.ArgumentParser:
     cov.add_argument("--json", metavar="FILE", help="also write every feature's and pair's count here")
     cov.set_defaults(run=lambda args: _lazy("tpargmax.coverage", "coverage")(args))
     return parser
+
+
+def _shard(text: str) -> tuple[int, int]:
+    """``I/N`` with 1 <= I <= N."""
+    index, _, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N such as 1/4, got {text!r}") from None
+    if not 1 <= i <= n:
+        raise argparse.ArgumentTypeError(f"I/N needs 1 <= I <= N, got {text!r}")
+    return i, n
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,22 +8,29 @@ time left when there is a time budget.  Failing tests are printed as they
 happen, with a progress line every 10 seconds; each round's seed, examples per
 property and failing tests go to a JSON-lines log.  Failures land in the
 example database (replayed first by the next pytest run) and as repro files.
-The exit status is 1 if any test failed.
+The exit status is 1 if any test failed, 2 if the example database cannot be used.
+
+A fleet: ``--shard I/N`` gives worker I the round seeds equal to I - 1 modulo N (disjoint from the others'),
+``--db redis://...`` one live example database for all of them (:mod:`properties.example_db`), and
+``tpargmax fuzz-summary`` merges their logs and repro files (:mod:`tpargmax.fuzz_summary`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
+from properties import example_db
 from tpargmax.stats import StatisticsReader
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,8 +40,9 @@ OUTCOMES = (" PASSED", " FAILED", " ERROR")
 
 def _round(
     args: argparse.Namespace, seed: int, examples: int, deadline: float, totals: Counter[str], failing: set[str]
-) -> int:
-    """One pytest run, adding to ``totals`` (examples per test) and ``failing``; returns pytest's exit status."""
+) -> tuple[int, dict[str, int]]:
+    """One pytest run, adding to ``totals`` (examples per test) and ``failing``; returns pytest's exit status and
+    the round's examples per test."""
     cmd = [
         sys.executable,
         "-m",
@@ -75,15 +83,22 @@ def _round(
             if time.monotonic() - shown > 10:
                 shown = time.monotonic()
                 print(f"  [{shown - start:4.0f}s] {finished} tests done; {len(failing)} failing so far", flush=True)
-    totals.update({test: s.examples for test, s in stats.tests.items()})
+    counts = {test: s.examples for test, s in stats.tests.items()}
+    totals.update(counts)
     try:
-        return proc.wait(30)
+        return proc.wait(30), counts
     except subprocess.TimeoutExpired:
         proc.kill()
-        return proc.wait()
+        return proc.wait(), counts
 
 
 def fuzz(args: argparse.Namespace) -> int:
+    if args.db:
+        os.environ["TPARGMAX_DB"] = args.db  # the rounds' pytest runs read it (properties.example_db)
+    if (why := example_db.problem()) is not None:
+        print(f"tpargmax fuzz: {why}", file=sys.stderr)
+        return 2
+    shard, shards = args.shard
     deadline = time.monotonic() + 60 * args.minutes if args.minutes is not None else float("inf")
     rounds = args.rounds if args.rounds is not None else float("inf")
     seeds = random.Random(args.seed) if args.seed is not None else random.SystemRandom()
@@ -94,11 +109,12 @@ def fuzz(args: argparse.Namespace) -> int:
     examples, round_no, status, started = args.examples, 0, 0, time.monotonic()
     while round_no < rounds and time.monotonic() < deadline - 5:
         round_no += 1
-        seed = seeds.randrange(2**32)
+        seed = seeds.randrange(2**32 // shards) * shards + shard - 1  # worker I of N: seeds = I - 1 (mod N)
         before, t0 = sum(totals.values()), time.monotonic()
         left = f" ({(deadline - t0) / 60:.1f} min left)" if args.minutes is not None else ""
-        print(f"round {round_no}: seed {seed}, up to {examples} examples per property{left}", flush=True)
-        code = _round(args, seed, examples, deadline, totals, failing)
+        worker = f" (worker {shard}/{shards})" if shards > 1 else ""
+        print(f"round {round_no}: seed {seed}{worker}, up to {examples} examples per property{left}", flush=True)
+        code, counts = _round(args, seed, examples, deadline, totals, failing)
         took, ran = time.monotonic() - t0, sum(totals.values()) - before
         with log.open("a", encoding="utf-8") as fh:
             fh.write(
@@ -113,6 +129,9 @@ def fuzz(args: argparse.Namespace) -> int:
                         "impl": args.impl,
                         "backend": args.backend,
                         "pytest_status": code,
+                        "shard": f"{shard}/{shards}",
+                        "host": socket.gethostname(),
+                        "tests": counts,
                     }
                 )
                 + "\n"

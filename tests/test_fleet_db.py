@@ -1,0 +1,132 @@
+"""A fuzz fleet on one live example database: a real ``redis-server`` (tests/redis_server.py), two workers with
+disjoint seeds, a find replayed first by another run, one summary; and the ways the server can fail.
+
+Budgets are rounds, examples and pinned seeds, never minutes, as in tests/test_fuzz.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+import pytest
+
+from properties import example_db
+from tests.redis_server import redis_server, require
+from tests.suite import run, run_suite
+from tpargmax.cli import main as tpargmax
+
+PLANTED = "tests.broken:highest_rank_wins"
+FOUND_BY_GENERATION = ["-k", "tp_invariance", "--impl", PLANTED, "--backend", "sim"]  # not a pinned edge case
+UNREACHABLE = "unix:///nonexistent/tpargmax/redis.sock?db=0"
+
+
+def _clean_env(monkeypatch) -> None:
+    for name in [k for k in os.environ if k.startswith("TPARGMAX_")]:
+        monkeypatch.delenv(name)
+
+
+def test_two_shards_share_one_live_database_and_the_summary_lists_the_find_once(tmp_path, capsys, monkeypatch):
+    import redis
+
+    _clean_env(monkeypatch)
+    with redis_server() as url:
+        monkeypatch.setenv("TPARGMAX_DB", url)  # --db sets it too; monkeypatch puts the old value back
+        for shard in (1, 2):
+            work = tmp_path / f"worker{shard}"
+            monkeypatch.setenv("TPARGMAX_DB_DIR", str(work / "examples"))
+            args = ["--rounds", "1", "--examples", "20", "--seed", "8", *FOUND_BY_GENERATION, "-n", "0"]
+            args += ["--shard", f"{shard}/2", "--db", url, "--repro-dir", str(work / "repro")]
+            code = tpargmax(["fuzz", *args, "--log", str(work / "fuzz-log.jsonl")])
+            out = capsys.readouterr().out
+            assert code == 1, out[-3000:]
+            (entry,) = [json.loads(line) for line in (work / "fuzz-log.jsonl").read_text().splitlines()]
+            assert entry["shard"] == f"{shard}/2" and entry["seed"] % 2 == shard - 1  # disjoint seeds
+        saved = redis.Redis.from_url(url).dbsize()
+        assert saved > 0
+
+        # another machine's next dev run, with an empty directory of its own, replays the find first; read-only,
+        # as a pull request's run is, it leaves the server as it found it
+        plain = run_suite(
+            "properties/test_equivalence.py",
+            *FOUND_BY_GENERATION,
+            "--hypothesis-show-statistics",
+            profile="dev",
+            TPARGMAX_DB=url,
+            TPARGMAX_DB_DIR=str(tmp_path / "elsewhere"),
+            TPARGMAX_DB_READONLY="1",
+        )
+        assert plain.returncode == 1, plain.stdout[-3000:]
+        reuse = plain.stdout.split("during reuse phase")[1].split("\n\n")[0]
+        assert re.search(r"\b[1-9]\d* failing", reuse), reuse
+        assert redis.Redis.from_url(url).dbsize() == saved
+
+    summary = tmp_path / "summary.md"
+    merged = tmp_path / "merged"
+    assert tpargmax(["fuzz-summary", str(tmp_path / "worker1"), str(tmp_path / "worker2"), "--out", str(summary)]) == 0
+    assert tpargmax(["fuzz-summary", str(tmp_path), "--repro-out", str(merged)]) == 0
+    text = summary.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| test_tp_invariance |")]
+    assert len(rows) == 1 and "1 distinct find(s)" in text, text
+    assert "1/2 on" in text and "2/2 on" in text, text
+    assert sorted(p.name for p in merged.glob("*.json")) == sorted({p.name for p in tmp_path.rglob("repro/*.json")})
+
+
+def test_a_server_that_dies_mid_run_loses_no_find(tmp_path):
+    with redis_server() as url:
+        done = run_suite(
+            "properties/test_equivalence.py",
+            *FOUND_BY_GENERATION,
+            "--fuzz-seed=8",
+            "--max-examples",
+            "20",
+            "-p",
+            "tests.redis_dies",
+            profile="dev",
+            TPARGMAX_DB=url,
+            TPARGMAX_DB_DIR=str(tmp_path / "examples"),
+            TPARGMAX_REPRO_DIR=str(tmp_path / "repro"),
+        )
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-3000:]  # the find, not an error from the dead server
+    assert "FAILED properties/test_equivalence.py::test_tp_invariance" in out, out[-3000:]
+    assert "ServerWentAway" in out and "went away" in out, out[-3000:]
+    assert list((tmp_path / "repro").glob("test_tp_invariance-*.json")), out[-3000:]
+    assert any(p.is_file() for p in (tmp_path / "examples").rglob("*"))  # the directory kept the find
+
+
+def test_a_server_that_cannot_be_reached_is_one_line_not_a_fall_back(capsys, monkeypatch):
+    require(server=False)
+    done = run([sys.executable, "-m", "pytest", "-q", "properties/test_equivalence.py"], TPARGMAX_DB=UNREACHABLE)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    (line,) = [line for line in done.stderr.splitlines() if line.strip()]
+    assert line.startswith(f"ERROR: TPARGMAX_DB={UNREACHABLE}: cannot reach the Redis server"), line
+    _clean_env(monkeypatch)
+    monkeypatch.setenv("TPARGMAX_DB", "unused")
+    assert tpargmax(["fuzz", "--rounds", "1", "--db", UNREACHABLE]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("tpargmax fuzz: TPARGMAX_DB=unix:///nonexistent/"), line
+
+
+@pytest.mark.parametrize(
+    "url, words",
+    [
+        ("http://db.example/0", "a directory or a Redis URL"),
+        ("redis://user:secret@127.0.0.1:1/0", "redis://***@127.0.0.1:1/0"),  # never the password
+    ],
+)
+def test_a_database_that_cannot_be_used_is_named_in_one_line(url, words, monkeypatch):
+    monkeypatch.setitem(sys.modules, "redis", None)  # no client: the message says how to get it
+    why = example_db.problem(url)
+    assert why is not None and "\n" not in why and words in why and "secret" not in why, why
+    if url.startswith("redis://"):
+        assert example_db.INSTALL_HINT in why
+
+
+@pytest.mark.parametrize("shard", ["0/2", "3/2", "1", "a/b"])
+def test_a_shard_is_i_of_n(shard, capsys):
+    with pytest.raises(SystemExit) as info:
+        tpargmax(["fuzz", "--rounds", "1", "--shard", shard])
+    assert info.value.code == 2 and "--shard" in capsys.readouterr().err
