@@ -20,6 +20,7 @@ from hypothesis._settings import is_in_ci
 from groups.devices import DEVICE_ENV, DEVICES, check_backend, check_device, default_device
 from groups.pool import close_all_pools
 from properties import coverage, example_db, results, runner
+from properties.fuzz_shards import shard_of
 from properties.profiles import backend_budget  # importing it registers dev, ci and nightly
 from sharded.impls import IMPL_ENV, SAMPLING_IMPL_ENV, TOPK_IMPL_ENV, load_impl
 from sharded.local_argmax import BUILTINS, DEFAULT_IMPLS
@@ -101,6 +102,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         default=None,
         help="seed the run's Hypothesis tests, keeping the example database on (tpargmax fuzz records it)",
+    )
+    group.addoption(
+        "--shard-tests",
+        default=None,
+        metavar="I/N",
+        help="run share I of N of the selected tests (by test id; tpargmax fuzz --shard I/N --shard-by properties)",
     )
     group.addoption(
         "--max-examples",
@@ -231,6 +238,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         keep = [i for i in items if set(SUBJECTS) & set(getattr(i, "fixturenames", ()))]
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
         items[:] = keep
+    if config.getoption("shard_tests"):
+        try:
+            mine = set(shard_of(sorted(i.nodeid for i in items), config.getoption("shard_tests")))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--shard-tests: {exc}") from None
+        config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in mine])
+        items[:] = [i for i in items if i.nodeid in mine]
     for item in items:
         params = getattr(item, "callspec", None) and item.callspec.params or {}
         impls = [params[name] for name in SUBJECTS if name in params]

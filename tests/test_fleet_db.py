@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from properties import example_db
+from properties.fuzz_shards import shard_of, shard_seed
 from tests.redis_server import redis_server, require
 from tests.suite import run, run_suite
 from tpargmax.cli import main as tpargmax
@@ -130,3 +131,20 @@ def test_a_shard_is_i_of_n(shard, capsys):
     with pytest.raises(SystemExit) as info:
         tpargmax(["fuzz", "--rounds", "1", "--shard", shard])
     assert info.value.code == 2 and "--shard" in capsys.readouterr().err
+
+
+def test_shards_of_the_tests_are_disjoint_and_cover_them():
+    ids = [f"properties/test_equivalence.py::test_{name}[{impl}-sim]" for name in "abcde" for impl in "xy"]
+    shares = [shard_of(ids, f"{i}/3") for i in (1, 2, 3)]
+    assert sorted(sum(shares, [])) == sorted(ids) and all(len(s) in (3, 4) for s in shares)
+    assert shard_seed(5, (2, 3)) % 3 == 1 and shard_seed(2**32 // 3 - 1, (3, 3)) < 2**32
+
+
+def test_pytest_runs_its_share_of_the_tests():
+    def collected(*extra: str) -> set[str]:
+        done = run_suite("--collect-only", "properties/test_equivalence.py", *extra, profile=None)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return {line for line in done.stdout.splitlines() if "::" in line}
+
+    everything, first, second = collected(), collected("--shard-tests", "1/2"), collected("--shard-tests", "2/2")
+    assert first and second and not first & second and first | second == everything

@@ -88,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--shard", type=_shard, default=(1, 1), metavar="I/N", help="worker I of N: round seeds disjoint from theirs"
     )
     fuzz.add_argument(
+        "--shard-by",
+        choices=("seeds", "properties"),
+        default="seeds",
+        help="what --shard splits: the seeds (every worker runs every property; default) or the properties too "
+        "(each worker a disjoint 1/N of the tests, so each gets N times the examples in a round)",
+    )
+    fuzz.add_argument(
         "--db", help="example database: a directory, or redis://HOST:PORT/N shared by a fleet (default $TPARGMAX_DB)"
     )
     fuzz.set_defaults(run=lambda args: _lazy("tpargmax.fuzz", "fuzz")(args))
@@ -162,15 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _shard(text: str) -> tuple[int, int]:
-    """``I/N`` with 1 <= I <= N."""
-    index, _, count = text.partition("/")
+    from properties.fuzz_shards import parse_shard
+
     try:
-        i, n = int(index), int(count)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected I/N such as 1/4, got {text!r}") from None
-    if not 1 <= i <= n:
-        raise argparse.ArgumentTypeError(f"I/N needs 1 <= I <= N, got {text!r}")
-    return i, n
+        return parse_shard(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

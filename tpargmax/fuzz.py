@@ -10,7 +10,8 @@ property and failing tests go to a JSON-lines log.  Failures land in the
 example database (replayed first by the next pytest run) and as repro files.
 The exit status is 1 if any test failed, 2 if the example database cannot be used.
 
-A fleet: ``--shard I/N`` gives worker I the round seeds equal to I - 1 modulo N (disjoint from the others'),
+A fleet: ``--shard I/N`` gives worker I the round seeds equal to I - 1 modulo N (disjoint from the others'), and
+with ``--shard-by properties`` a disjoint 1/N of the tests too,
 ``--db redis://...`` one live example database for all of them (:mod:`properties.example_db`), and
 ``tpargmax fuzz-summary`` merges their logs and repro files (:mod:`tpargmax.fuzz_summary`).
 """
@@ -31,6 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 from properties import example_db
+from properties.fuzz_shards import shard_seed
 from tpargmax.stats import StatisticsReader
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,6 +70,8 @@ def _round(
     ]  # stored repros are regressions, not fuzz targets
     if args.impl:
         cmd += ["--impl", args.impl]
+    if args.shard_by == "properties" and args.shard[1] > 1:
+        cmd += ["--shard-tests", "{}/{}".format(*args.shard)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     finished, start, shown, stats = 0, time.monotonic(), time.monotonic(), StatisticsReader()
     for line in proc.stdout:
@@ -109,7 +113,7 @@ def fuzz(args: argparse.Namespace) -> int:
     examples, round_no, status, started = args.examples, 0, 0, time.monotonic()
     while round_no < rounds and time.monotonic() < deadline - 5:
         round_no += 1
-        seed = seeds.randrange(2**32 // shards) * shards + shard - 1  # worker I of N: seeds = I - 1 (mod N)
+        seed = shard_seed(seeds.randrange(2**32 // shards), args.shard)
         before, t0 = sum(totals.values()), time.monotonic()
         left = f" ({(deadline - t0) / 60:.1f} min left)" if args.minutes is not None else ""
         worker = f" (worker {shard}/{shards})" if shards > 1 else ""
