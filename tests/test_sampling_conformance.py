@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from engines import sglang_sampling
+from engines import sampling_findings, sglang_sampling
 from engines.vllm import triton_files
 from properties import repro
 from tests.suite import ROOT
@@ -57,3 +57,23 @@ def test_the_failures_still_fail_on_replay_with_the_rule_they_recorded():
     assert out.returncode == 1, out.stdout + out.stderr
     for _, fail in FAILURES:
         assert f"STILL FAILING: [{fail['rule']}]" in out.stdout, fail["repro_file"]
+
+
+SCRIPTS = sorted((ROOT / "docs" / "conformance" / "sampling").glob("*.py"))
+
+
+def test_every_standalone_script_is_a_causes_and_every_causes_exists():
+    named = {cause.script for cause in sampling_findings.CAUSES if cause.script}
+    assert named == {str(path.relative_to(ROOT)) for path in SCRIPTS}
+
+
+@pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+@pytest.mark.parametrize("script", SCRIPTS, ids=[path.stem for path in SCRIPTS])
+def test_each_standalone_script_still_shows_its_cause(script):
+    """Exit 1 while the engine's code has the defect (each script's docstring says so), with the engine alone."""
+    env = {**os.environ, "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "1")}
+    env.pop("PYTHONPATH", None)  # the engine's wheel, not the project
+    out = subprocess.run(
+        [sys.executable, str(script)], cwd=script.parent, env=env, capture_output=True, text=True, timeout=1800
+    )
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
