@@ -36,7 +36,7 @@ def require(server: bool = True) -> None:
     why = why_missing(server)
     if why is not None:
         if os.environ.get("TPARGMAX_REQUIRE_REDIS") == "1":
-            pytest.fail(f"TPARGMAX_REQUIRE_REDIS=1 and this machine {why.removeprefix('needs ')}")
+            pytest.fail(f"TPARGMAX_REQUIRE_REDIS=1 (.ci/run), but this test {why}")
         pytest.skip(why)
 
 

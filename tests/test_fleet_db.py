@@ -30,6 +30,7 @@ def _clean_env(monkeypatch) -> None:
 
 
 def test_two_shards_share_one_live_database_and_the_summary_lists_the_find_once(tmp_path, capsys, monkeypatch):
+    require()
     import redis
 
     _clean_env(monkeypatch)
