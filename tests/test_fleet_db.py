@@ -72,7 +72,7 @@ def test_two_shards_share_one_live_database_and_the_summary_lists_the_find_once(
     text = summary.read_text()
     rows = [line for line in text.splitlines() if line.startswith("| test_tp_invariance |")]
     assert len(rows) == 1 and "1 distinct find(s)" in text, text
-    assert "1/2 on" in text and "2/2 on" in text, text
+    assert "1/2 on" in text and "2/2 on" in text and "without a repro file" not in text, text
     assert sorted(p.name for p in merged.glob("*.json")) == sorted({p.name for p in tmp_path.rglob("repro/*.json")})
 
 
@@ -149,3 +149,28 @@ def test_pytest_runs_its_share_of_the_tests():
 
     everything, first, second = collected(), collected("--shard-tests", "1/2"), collected("--shard-tests", "2/2")
     assert first and second and not first & second and first | second == everything
+
+
+def test_the_summary_lists_a_find_once_and_a_failure_without_a_file_apart(tmp_path, capsys):
+    """Two workers' logs and files, written as tpargmax fuzz writes them: one find in two files, one error."""
+    found = "properties/test_equivalence.py::test_token_exact[tests.broken:x-sim]"
+    errored = "properties/test_top_k.py::test_top_k_exact[tests.broken:y-gloo]"
+    for shard, case in ((1, "Case(batch=1)"), (2, "Case(batch=2)")):
+        work = tmp_path / f"w{shard}"
+        (work / "repro").mkdir(parents=True)
+        failing = [found, errored] if shard == 2 else [found]
+        entry = {"round": 1, "examples": 10 * shard, "seconds": 5.0, "shard": f"{shard}/2", "host": "h"}
+        entry |= {"failing_tests": failing, "tests": {found: 10 * shard}}
+        (work / "fuzz-log.jsonl").write_text(json.dumps(entry) + "\n")
+        record = {"format": "tpargmax-repro/2", "test": "test_token_exact", "impl": "tests.broken:x"}
+        record |= {"backend": "sim", "rule": "tie | resolved", "case": case}
+        (work / "repro" / f"test_token_exact-{shard}.json").write_text(json.dumps(record))
+    (tmp_path / "w1" / "repro" / "notes.json").write_text("{}")  # not a repro file: left out
+    assert tpargmax(["fuzz-summary", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "2 worker(s), 2 round(s), 30 examples; 1 distinct find(s)." in text, text
+    (row,) = [line for line in text.splitlines() if line.startswith("| test_token_exact |")]
+    assert "tie \\| resolved" in row and "1/2 on h, 2/2 on h" in row and row.count(".json") == 2, row
+    assert f"- `{errored}`" in text and f"| `{found}` | 30 |" in text and "| 2/2 on h | 1 | 20 | 5 | 4.0 | 1 |" in text
+    assert tpargmax(["fuzz-summary", str(tmp_path / "w1" / "repro")]) == 2  # no log: one line, exit 2
+    assert "no fuzz log" in capsys.readouterr().err

@@ -110,10 +110,8 @@ def summary(workers: list[Worker]) -> str:
     else:
         lines.append("None.")
     failing = sorted({t for r in rounds for t in r.get("failing_tests", [])})
-    reported = {(t, i, b) for t, i, b, _ in found}
-    bare = [
-        t for t in failing if not any(f"{test}[" in t and f"{impl}-{backend}]" in t for test, impl, backend in reported)
-    ]
+    reported = {(test, impl) for test, impl, _, _ in found}
+    bare = [t for t in failing if not any(f"::{test}[" in t and impl in t for test, impl in reported)]
     if bare:
         lines += ["", "Failing tests without a repro file (errors, or a find still shrinking at the deadline):", ""]
         lines += [f"- `{t}`" for t in bare]
