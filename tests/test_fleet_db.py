@@ -10,6 +10,7 @@ import json
 import os
 import re
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -142,13 +143,25 @@ def test_shards_of_the_tests_are_disjoint_and_cover_them():
 
 
 def test_pytest_runs_its_share_of_the_tests():
-    def collected(*extra: str) -> set[str]:
-        done = run_suite("--collect-only", "properties/test_equivalence.py", *extra, profile=None)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        return {line for line in done.stdout.splitlines() if "::" in line}
+    """conftest's --shard-tests: worker I keeps its share, and says which it deselected (in-process: a collection
+    costs a subprocess)."""
+    import conftest
 
-    everything, first, second = collected(), collected("--shard-tests", "1/2"), collected("--shard-tests", "2/2")
-    assert first and second and not first & second and first | second == everything
+    def shard(option: str | None) -> tuple[list[str], list[str]]:
+        deselected: list[str] = []
+        config = SimpleNamespace(
+            getoption=lambda name: option if name == "shard_tests" else None,
+            hook=SimpleNamespace(pytest_deselected=lambda items: deselected.extend(i.nodeid for i in items)),
+        )
+        items = [SimpleNamespace(nodeid=f"p.py::test_{n}", get_closest_marker=lambda _: None) for n in "dcba"]
+        conftest.pytest_collection_modifyitems(config, items)
+        return [i.nodeid for i in items], deselected
+
+    first, second = shard("1/2"), shard("2/2")
+    assert first[0] == second[1] and second[0] == first[1] and len(first[0]) == 2
+    assert shard(None)[1] == []
+    with pytest.raises(pytest.UsageError, match="--shard-tests: I/N needs 1 <= I <= N"):
+        shard("3/2")
 
 
 def test_the_summary_lists_a_find_once_and_a_failure_without_a_file_apart(tmp_path, capsys):
