@@ -12,11 +12,14 @@ from contextlib import nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 
+import torch
 from hypothesis import HealthCheck, Phase, settings
 
+from groups.simulated import run_simulated
 from properties.diagnose import ImplementationHung
 from properties.profiles import running_with
 from sharded.impls import Impl, load_impl
+from sharded.layout import vocab_parallel_layout
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,3 +95,18 @@ def verdicts(stdout: str, files: list) -> dict[str, str]:
         elif current and line.startswith("  fixed: "):
             said[current] = "fixed"
     return said
+
+
+def sample_on_logits(fn, logits: torch.Tensor, tp: int, sampling, timeout: float) -> list:
+    """Every rank's output of sampler ``fn`` on a simulated group of ``tp`` whose head gives exactly ``logits``:
+    hidden = the logits, each token's weight row one-hot."""
+    vocab = logits.shape[1]
+    layouts = vocab_parallel_layout(vocab, tp)
+
+    def rank(group):
+        layout = layouts[group.rank]
+        weight = torch.zeros(layout.size, vocab)
+        weight[layout.token_rows()] = torch.eye(vocab)[layout.token_ids()]
+        return fn(hidden=logits, weight=weight, bias=None, layout=layout, sampling=sampling, group=group)
+
+    return run_simulated(rank, tp, timeout)[0]

@@ -13,9 +13,8 @@ import torch
 
 from engines import sglang
 from engines import sglang_sampling as ss
-from groups.simulated import run_simulated
 from reference.sampling import SamplingParams, classic_sample
-from sharded.layout import vocab_parallel_layout
+from tests.suite import sample_on_logits
 
 REASON = ss.why_unavailable()
 needs_sglang = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -38,17 +37,7 @@ def test_subjects_declare_their_masks_head_and_noise():
 
 
 def _run(fn, logits: torch.Tensor, tp: int, params: SamplingParams):
-    """Run ``fn`` on every rank of a simulated group; hidden = the logits, each token's weight row one-hot."""
-    vocab = logits.shape[1]
-    every = vocab_parallel_layout(vocab, tp)
-
-    def rank(group):
-        layout = every[group.rank]
-        weight = torch.zeros(layout.size, vocab)
-        weight[layout.token_rows()] = torch.eye(vocab)[layout.token_ids()]
-        return fn(logits, weight, None, layout, sampling=params, group=group)
-
-    return run_simulated(rank, tp, timeout=300.0)[0][0]  # rank 0's answer
+    return sample_on_logits(fn, logits, tp, params, 300.0)[0]  # rank 0's answer
 
 
 @needs_sglang

@@ -12,12 +12,11 @@ import pytest
 import torch
 
 from engines.vllm import gumbel, triton_files
-from groups.simulated import run_simulated
 from properties.sample_plans import SamplePlan
 from properties.sampling import masks_of, plan_for
 from reference.sampling import SamplingParams, classic_sample
 from sharded.impls import Impl, shipped
-from sharded.layout import vocab_parallel_layout
+from tests.suite import sample_on_logits
 
 REASON = triton_files.why_unavailable()
 needs_kernel = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -55,17 +54,7 @@ def test_install_samplers_is_install_vllm_then_triton_then_sglangs_wheel():
 
 
 def _draw(fn, logits: torch.Tensor, tp: int, params: SamplingParams) -> torch.Tensor:
-    """``fn`` on every rank of a simulated group; hidden = the logits, each token's weight row one-hot."""
-    vocab = logits.shape[1]
-    layouts = vocab_parallel_layout(vocab, tp)
-
-    def rank(g):
-        layout = layouts[g.rank]
-        weight = torch.zeros(layout.size, vocab)
-        weight[layout.token_rows()] = torch.eye(vocab)[layout.token_ids()]
-        return fn(hidden=logits, weight=weight, bias=None, layout=layout, sampling=params, group=g)
-
-    out, _ = run_simulated(rank, tp, 120.0)
+    out = sample_on_logits(fn, logits, tp, params, 120.0)
     assert all(torch.equal(o, out[0]) for o in out)
     return out[0]
 
