@@ -12,11 +12,10 @@ The default install and test run never need any of it.
 from __future__ import annotations
 
 import argparse
-import shlex
-import subprocess
 import sys
 
 from tpargmax import install_sglang, install_vllm
+from tpargmax.install_steps import run_steps
 
 TRITON = "triton==3.9.0"
 
@@ -45,12 +44,5 @@ def steps() -> list[list[str]]:
 
 
 def install_samplers(args: argparse.Namespace) -> int:
-    for step in steps():
-        shown = step if step[1] != "-c" else [*step[:2], "<load vLLM's Gumbel file, check SGLang's>"]
-        print("$ " + shlex.join(shown), flush=True)
-        if args.dry_run:
-            continue
-        if subprocess.run(step, cwd=install_sglang._checkout()).returncode != 0:
-            print(f"tpargmax install-samplers: this step failed: {shlex.join(shown)}", file=sys.stderr)
-            return 1
-    return 0
+    check = "<load vLLM's Gumbel file, check SGLang's>"
+    return run_steps("install-samplers", steps(), args.dry_run, check, install_sglang._checkout())

