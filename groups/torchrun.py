@@ -15,13 +15,15 @@ import ctypes
 import datetime
 import os
 import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from groups.devices import check_device
-from groups.tasks import RankLost, RemoteError, TaskRunner, outcome
+from groups.tasks import RankLost, TaskRunner, outcome
 from groups.torch_group import TorchGroup, all_gather_flat
 from sharded.group import Traffic
 
@@ -63,25 +65,41 @@ class TorchrunJob:
         self._started: set[str] = set()
         self.lost = ""  # why the job can take no more tasks: a rank (or its node) went away mid-task
 
+    @contextmanager
+    def _channel(self) -> Iterator[None]:
+        """The control channel's collectives: a gloo error there (a read error, a timeout) means a rank, or its
+        node, went away; the job is lost from then on (:class:`RankLost`, now and for every later task)."""
+        try:
+            yield
+        except RuntimeError as exc:
+            detail = " ".join(str(exc).split())[:300]
+            self.lost = (
+                f"torchrun job of {self.world_size} ({self.backend}): a rank stopped answering the control channel, "
+                f"its process or its node gone ({detail}); no later task can run on this job"
+            )
+            raise RankLost(self.lost) from None
+
     def _broadcast(self, obj: Any = None) -> Any:
         """Rank 0's ``obj`` on every rank."""
         data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8) if self.rank == 0 else None
         size = torch.tensor([0 if data is None else data.numel()], dtype=torch.int64)
-        dist.broadcast(size, src=0, group=self.control)
-        buf = data if data is not None else torch.empty(int(size), dtype=torch.uint8)
-        dist.broadcast(buf, src=0, group=self.control)
+        with self._channel():
+            dist.broadcast(size, src=0, group=self.control)
+            buf = data if data is not None else torch.empty(int(size), dtype=torch.uint8)
+            dist.broadcast(buf, src=0, group=self.control)
         return pickle.loads(_bytes(buf))
 
     def _gather(self, obj: Any) -> list[Any]:
         """Every rank's ``obj``, in rank order, on every rank."""
         data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
         sizes = torch.empty(self.world_size, dtype=torch.int64)
-        all_gather_flat(sizes, torch.tensor([data.numel()]), group=self.control)
-        longest = int(sizes.max())
-        padded = torch.zeros(longest, dtype=torch.uint8)
-        padded[: data.numel()] = data
-        out = torch.empty(self.world_size * longest, dtype=torch.uint8)
-        all_gather_flat(out, padded, group=self.control)
+        with self._channel():
+            all_gather_flat(sizes, torch.tensor([data.numel()]), group=self.control)
+            longest = int(sizes.max())
+            padded = torch.zeros(longest, dtype=torch.uint8)
+            padded[: data.numel()] = data
+            out = torch.empty(self.world_size * longest, dtype=torch.uint8)
+            all_gather_flat(out, padded, group=self.control)
         rows = out.view(self.world_size, longest)
         return [pickle.loads(_bytes(rows[r, : int(sizes[r])])) for r in range(self.world_size)]
 
@@ -98,19 +116,6 @@ class TorchrunJob:
             raise ValueError(f"a task for {len(per_rank_kwargs)} ranks on a torchrun job of {self.world_size}")
         if self.lost:
             raise RankLost(self.lost)
-        try:
-            return self._run(spec, per_rank_kwargs)
-        except RuntimeError as exc:  # gloo's read error or timeout on the control channel
-            if isinstance(exc, RemoteError):
-                raise
-            detail = " ".join(str(exc).split())[:300]
-            self.lost = (
-                f"torchrun job of {self.world_size} ({self.backend}): a rank stopped answering the control channel, "
-                f"its process or its node gone ({detail}); no later task can run on this job"
-            )
-            raise RankLost(self.lost) from None
-
-    def _run(self, spec: str, per_rank_kwargs: list[dict[str, Any]]) -> tuple[list[Any], list[Traffic]]:
         if spec not in self._started:  # start-up first (sharded.impls.Impl.start), as the pool does
             self._broadcast((spec, [None] * self.world_size))
             outcome(dict(enumerate(self._gather(self._execute(spec, None)))), self.world_size, "torchrun start-up", "")
