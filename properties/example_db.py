@@ -75,15 +75,15 @@ def problem(url: str | None = None) -> str | None:
     except ImportError:
         return f"TPARGMAX_DB={shown(url)} needs the Redis client, an opt-in extra: {INSTALL_HINT}"
     try:
-        client = _client(url)
-        client.ping()
+        with _client(url) as client:
+            client.ping()
     except (redis.RedisError, ValueError, OSError) as error:
-        detail = " ".join(str(error).split()) or type(error).__name__
-        return f"TPARGMAX_DB={shown(url)}: cannot reach the Redis server: {detail}"
-    finally:
-        if "client" in locals():
-            client.close()
+        return f"TPARGMAX_DB={shown(url)}: cannot reach the Redis server: {_detail(error)}"
     return None
+
+
+def _detail(error: Exception) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 class Tolerant(ExampleDatabase):
@@ -103,10 +103,9 @@ class Tolerant(ExampleDatabase):
             return list(result) if method == "fetch" else result
         except (redis.RedisError, OSError) as error:
             self.down = True
-            detail = " ".join(str(error).split()) or type(error).__name__
             warnings.warn(
-                f"the example database {self.name} went away ({detail}): this run goes on with {local_dir()} and the "
-                "repro files; finds from now on reach the others when they replay those",
+                f"the example database {self.name} went away ({_detail(error)}): this run goes on with "
+                f"{local_dir()} and the repro files; finds from now on reach the others when they replay those",
                 ServerWentAway,
                 stacklevel=2,
             )

@@ -35,10 +35,18 @@ class Worker:
         return f"{'+'.join(shards) or '?'} on {', '.join(hosts) or '?'}"
 
 
+def _loads(text: str) -> Any:
+    """The JSON in ``text``, or None: a line or a file that is not JSON is not the suite's."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
+
+
 def _json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return _loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
         return None
 
 
@@ -49,7 +57,7 @@ def collect(dirs: list[Path]) -> list[Worker]:
         if not top.is_dir():
             raise ValueError(f"fuzz-summary: {top} is not a directory")
         for log in sorted(top.rglob("*.jsonl")):
-            rounds = [_json_line(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+            rounds = [_loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
             rounds = [r for r in rounds if isinstance(r, dict) and "round" in r]
             if rounds:
                 workers.setdefault(log.parent, Worker(log.parent)).rounds.extend(rounds)
@@ -65,13 +73,6 @@ def collect(dirs: list[Path]) -> list[Worker]:
             owner = max((w for w in workers if w in path.parents), key=lambda w: len(w.parts), default=None)
             workers.setdefault(owner or top, Worker(owner or top)).repros.append((path, record))
     return list(workers.values())
-
-
-def _json_line(line: str) -> Any:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError:
-        return None
 
 
 def finds(workers: list[Worker]) -> dict[tuple[str, str, str, str], list[tuple[Worker, Path]]]:
