@@ -240,7 +240,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
     if config.getoption("shard_tests"):
         try:
-            mine = set(shard_of(sorted(i.nodeid for i in items), config.getoption("shard_tests")))
+            mine = set(shard_of([i.nodeid for i in items], config.getoption("shard_tests")))
         except ValueError as exc:
             raise pytest.UsageError(f"--shard-tests: {exc}") from None
         config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in mine])
