@@ -32,11 +32,22 @@ from hypothesis import HealthCheck, settings
 
 from properties.example_db import example_database
 
-CI_EXAMPLES = 360
+CI_EXAMPLES = 300  # 360 from issue 18 to 30; 240 misses tests.broken:inf_ties_by_rank (tests/test_power.py)
 BACKEND_SHARE = {"sim": 1.0, "gloo": 1 / 6, "torchrun": 1 / 6}
-# Properties that restate another's answer on the same cases run a share of the budget: the byte counts
-# depend on B, tp and k only; determinism and top-1 rerun what token and top-k exactness already judge.
+# Properties that restate another's answer, or that more examples would not find more in, run a share of the
+# budget: the byte counts depend on B, tp and k only; determinism and top-1 rerun what token and top-k exactness
+# already judge.
 PROPERTY_SHARE = {
+    # tp invariance and row independence run the implementation two and three times per example, on cases the
+    # token properties search at full budget; contracts, refused inputs and the d2t flag go wrong on most cases.
+    # tests/test_power.py runs each property at its share: every planted bug it names is found there.
+    "test_tp_invariance": 0.5,
+    "test_row_independence": 0.5,
+    "test_output_contract": 0.5,
+    "test_top_k_contract": 0.5,
+    "test_rejects_bad_input": 0.5,
+    "test_the_flag_fires_exactly_on_non_monotone_tables": 0.5,
+    "test_the_top_k_flag_fires_exactly_on_non_monotone_tables": 0.5,
     "test_bytes_per_step": 0.25,
     "test_top_k_bytes_per_step": 0.25,
     "test_determinism": 0.5,

@@ -9,6 +9,8 @@ cases are pinned with ``@example`` through :func:`with_edge_cases`.
 
 from __future__ import annotations
 
+from functools import cache, lru_cache
+
 from hypothesis import example
 from hypothesis import strategies as st
 
@@ -21,11 +23,33 @@ MAX_TP = 8
 MAX_K = 8  # tree drafting's top-k widths
 ADDED_PLANS = ("added_tie", "added_max")  # planted only where added ids are tokens: twice as likely there
 
+# The strategies a case draws from, built once: building them per draw was a quarter of a property's time.
+_SIZE, _QUARTER, _SEED = st.integers(0, 99), st.integers(0, 3), st.integers(0, 2**32 - 1)
+_VOCABS = (st.integers(1, 130), st.integers(131, 4096), st.integers(4097, 40000), st.sampled_from(REAL_VOCABS))
+_FEW_ADDED, _MANY_ADDED = st.integers(1, 16), st.integers(17, 300)
+_PADDING_SIZE = st.sampled_from(PADDING_SIZES)
+_SOFT_CAP = st.none() | st.sampled_from((1.0, 4.0, 30.0, 50.0))
+_SATURATING_CAP = st.sampled_from((1.0, 2.0, 4.0, 8.0))
+_SCALE = st.sampled_from((1.0, 0.5, 0.125, 3.0))
+_D2T, _DTYPE, _PADDING = st.sampled_from(D2T_PLANS), st.sampled_from(tuple(DTYPES)), st.sampled_from(PADDING_PLANS)
+_WEIGHTS, _BOOL = st.sampled_from(("int", "normal")), st.booleans()
+
+
+@cache  # few arguments: sizes up to 64 and paddings
+def _ints(low: int, high: int) -> st.SearchStrategy[int]:
+    return st.integers(low, high)
+
+
+@lru_cache(maxsize=4096)
+def _tps(base: int, added_rows: int) -> st.SearchStrategy[int]:
+    """The tps up to ``MAX_TP`` that divide both the base and the added part of the padded head."""
+    return st.sampled_from([t for t in range(1, MAX_TP + 1) if base % t == 0 and added_rows % t == 0])
+
 
 def _plans(draw: st.DrawFn, names: tuple[str, ...], likely: tuple[str, ...] = ()) -> tuple[str, ...]:
     """Each plan on with probability 1/4, those in ``likely`` 1/2: one choice per plan, so every case has as many
     choices."""
-    return tuple(name for name in names if draw(st.integers(0, 3)) >= (2 if name in likely else 3))
+    return tuple(name for name in names if draw(_QUARTER) >= (2 if name in likely else 3))
 
 
 @st.composite
@@ -35,46 +59,46 @@ def cases(draw: st.DrawFn, *, int_weights: bool = False) -> Case:
     Every draw happens unconditionally, so all cases consume the same number of
     choices: Hypothesis's target phase then mutates them without overrunning.
     """
-    size = draw(st.integers(0, 99))
+    size = draw(_SIZE)
     if size < 35:  # tiny: whole ranks of padding at tp >= 2
-        vocab, max_batch, max_hidden = draw(st.integers(1, 130)), 64, 32
+        vocab, max_batch, max_hidden = draw(_VOCABS[0]), 64, 32
     elif size < 85:
-        vocab, max_batch, max_hidden = draw(st.integers(131, 4096)), 32, 32
+        vocab, max_batch, max_hidden = draw(_VOCABS[1]), 32, 32
     elif size < 96:
-        vocab, max_batch, max_hidden = draw(st.integers(4097, 40000)), 8, 8
+        vocab, max_batch, max_hidden = draw(_VOCABS[2]), 8, 8
     else:
-        vocab, max_batch, max_hidden = draw(st.sampled_from(REAL_VOCABS)), 2, 4
-    added = (0, 0, draw(st.integers(1, 16)), draw(st.integers(17, 300)))[draw(st.integers(0, 3))]
-    padding_size = draw(st.sampled_from(PADDING_SIZES))
+        vocab, max_batch, max_hidden = draw(_VOCABS[3]), 2, 4
+    added = (0, 0, draw(_FEW_ADDED), draw(_MANY_ADDED))[draw(_QUARTER)]
+    padding_size = draw(_PADDING_SIZE)
     full = vocab + added
-    cut = (0, 0, draw(st.integers(1, padding_size)), draw(st.integers(padding_size + 1, 3 * padding_size)))
-    logits_vocab = max(1, full - cut[draw(st.integers(0, 3))])
+    cut = (0, 0, draw(_ints(1, padding_size)), draw(_ints(padding_size + 1, 3 * padding_size)))
+    logits_vocab = max(1, full - cut[draw(_QUARTER)])
     base, total = padded_sizes(vocab, added, padding_size)
-    tp = draw(st.sampled_from([t for t in range(1, MAX_TP + 1) if base % t == 0 and (total - base) % t == 0]))
+    tp = draw(_tps(base, total - base))
     ties = _plans(draw, TIE_PLANS, likely=ADDED_PLANS if added else ())  # they need added ids: rare meetings
     specials = _plans(draw, SPECIAL_PLANS)
-    soft_cap = draw(st.none() | st.sampled_from((1.0, 4.0, 30.0, 50.0)))
-    saturating_cap = draw(st.sampled_from((1.0, 2.0, 4.0, 8.0)))
-    scale = draw(st.sampled_from((1.0, 0.5, 0.125, 3.0)))
-    d2t = draw(st.sampled_from(D2T_PLANS))
+    soft_cap = draw(_SOFT_CAP)
+    saturating_cap = draw(_SATURATING_CAP)
+    scale = draw(_SCALE)
+    d2t = draw(_D2T)
     target_extra = draw(st.integers(0, 3 * vocab))
     return Case(
-        batch=draw(st.integers(1, max_batch)),
-        hidden=draw(st.integers(3, max_hidden)),
+        batch=draw(_ints(1, max_batch)),
+        hidden=draw(_ints(3, max_hidden)),
         vocab=vocab,
         tp=tp,
         added=added,
         padding_size=padding_size,
         logits_vocab=None if logits_vocab == full else logits_vocab,
-        dtype=draw(st.sampled_from(tuple(DTYPES))),
-        seed=draw(st.integers(0, 2**32 - 1)),
-        weights="int" if int_weights else draw(st.sampled_from(("int", "normal"))),
-        bias=draw(st.booleans()) or bool(specials),
+        dtype=draw(_DTYPE),
+        seed=draw(_SEED),
+        weights="int" if int_weights else draw(_WEIGHTS),
+        bias=draw(_BOOL) or bool(specials),
         scale=0.5 if "signed_zero" in specials else scale,
         soft_cap=saturating_cap if "softcap_saturation" in ties else soft_cap,
         ties=ties,
         specials=specials,
-        padding=draw(st.sampled_from(PADDING_PLANS)),
+        padding=draw(_PADDING),
         d2t=d2t,
         target_extra=0 if d2t == "none" else target_extra,
     )

@@ -8,7 +8,6 @@ import sys
 from properties.case_tensors import build
 from properties.cases import Case
 from properties.coverage import IMPOSSIBLE, count_pairs, features, valid_pairs
-from properties.profiles import CI_EXAMPLES
 from properties.runner import oracle_draft_logits
 from properties.strategies import EDGE_CASES
 from tests.suite import run
@@ -51,10 +50,10 @@ def test_pairs_are_counted_once_per_example():
 
 def test_the_command_records_every_example_and_names_the_thin_pairs(tmp_path):
     """One property, one implementation, on the simulated group: every drawn and pinned example, recorded."""
-    recorded = CI_EXAMPLES + len(EDGE_CASES)
+    recorded = 60 + len(EDGE_CASES)
     out = tmp_path / "coverage.json"
     cmd = [sys.executable, "-m", "tpargmax", "coverage", "-k", "test_token_exact", "--backend", "sim"]
-    cmd += ["--impl", "vllm_pairs"]
+    cmd += ["--impl", "vllm_pairs", "--max-examples", "60"]
     proc = run([*cmd, "-n", "0", "--min", "40", "--json", str(out)])
     assert f"{recorded} examples recorded (pytest green)" in proc.stdout, proc.stdout + proc.stderr
     saved = json.loads(out.read_text())

@@ -163,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     cov.add_argument("--backend", default="sim,gloo", help="comma-separated backends (default %(default)s)")
     cov.add_argument("-n", "--workers", default="auto", help="pytest-xdist workers (default %(default)s)")
     cov.add_argument("-k", help="only the properties matching this pytest -k expression")
+    cov.add_argument(
+        "--max-examples", type=_positive, help="examples per property instead of the ci profile's (a quicker look)"
+    )
     cov.add_argument("--json", metavar="FILE", help="also write every feature's and pair's count here")
     cov.set_defaults(run=lambda args: _lazy("tpargmax.coverage", "coverage")(args))
     return parser

@@ -31,6 +31,7 @@ def coverage(args: argparse.Namespace) -> int:
         cmd += ["--hypothesis-profile", "ci", "--backend", args.backend]
         cmd += ["--impl", args.impl] if args.impl else []
         cmd += ["-k", args.k] if args.k else []
+        cmd += ["--max-examples", str(args.max_examples)] if args.max_examples else []
         env = {**os.environ, COVERAGE_ENV: tmp, "TPARGMAX_REPRO_DIR": os.path.join(tmp, "repro")}
         print(f"running: {' '.join(cmd[1:])}", flush=True)
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
