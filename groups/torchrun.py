@@ -126,11 +126,14 @@ class TorchrunJob:
         replies = self._gather(self._execute(spec, per_rank_kwargs[0]))
         return outcome(dict(enumerate(replies)), self.world_size, f"torchrun {self.backend} group", "")
 
-    def serve(self) -> None:
-        """On ranks > 0: run tasks until rank 0 says stop."""
+    def serve(self) -> int:
+        """On ranks > 0: run tasks until rank 0 says stop; how many it ran."""
+        served = 0
         while (task := self._broadcast()) is not None:
             spec, per_rank_kwargs = task
             self._gather(self._execute(spec, per_rank_kwargs[self.rank]))
+            served += 1
+        return served
 
     def stop(self) -> None:
         if not self.lost:  # a lost rank cannot be told; the survivors end on their collective timeout

@@ -20,6 +20,7 @@ from properties.diagnose import ImplementationHung
 from properties.profiles import backend_budget, running_with
 from sharded.impls import Impl, load_impl
 from sharded.layout import vocab_parallel_layout
+from tests import forked_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 # Compiled modules of the runs below, shared by them and removed with this process: with PYTHONDONTWRITEBYTECODE
@@ -27,8 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 _BYTECODE = tempfile.TemporaryDirectory(prefix="tpargmax-test-bytecode-")
 
 
-def run(cmd: list[str], **env: str) -> subprocess.CompletedProcess:
-    """``cmd`` in the checkout, without the caller's TPARGMAX_* settings.
+def run(cmd: list[str], *, fresh: bool = False, **env: str) -> subprocess.CompletedProcess:
+    """``cmd`` in the checkout, without the caller's TPARGMAX_* settings; a ``python -m``/``-c`` command is forked
+    from a process that imported torch once (:mod:`tests.forked_runs`), any other, or any with ``fresh``, runs as a
+    plain subprocess: ``fresh`` where the test judges what a new interpreter prints as it starts (torch's notices).
 
     Repro files and any example database go to a temporary directory, removed afterwards, so that a run
     neither litters the checkout nor depends on what earlier runs left there.
@@ -41,6 +44,8 @@ def run(cmd: list[str], **env: str) -> subprocess.CompletedProcess:
             "TPARGMAX_DB": os.path.join(tmp, "examples"),
             **env,
         }
+        if not fresh and (done := forked_runs.run(cmd, env, ROOT, 300, Path(tmp))) is not None:
+            return done
         return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -102,7 +102,9 @@ def test_a_server_that_dies_mid_run_loses_no_find(tmp_path):
 
 def test_a_server_that_cannot_be_reached_is_one_line_not_a_fall_back(capsys, monkeypatch):
     require(server=False)
-    done = run([sys.executable, "-m", "pytest", "-q", "properties/test_equivalence.py"], TPARGMAX_DB=UNREACHABLE)
+    done = run(
+        [sys.executable, "-m", "pytest", "-q", "properties/test_equivalence.py"], fresh=True, TPARGMAX_DB=UNREACHABLE
+    )
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
     (line,) = [line for line in done.stderr.splitlines() if line.strip()]
     assert line.startswith(f"ERROR: TPARGMAX_DB={UNREACHABLE}: cannot reach the Redis server"), line

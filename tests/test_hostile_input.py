@@ -71,7 +71,9 @@ def one_line(err: str) -> str:
 
 
 def test_the_reported_case_string_prints_one_line_and_runs_nothing(marker):
-    out = run([sys.executable, "-m", "properties.replay", HOSTILE_CASES["the reported escape"].format(m=marker)])
+    out = run(
+        [sys.executable, "-m", "properties.replay", HOSTILE_CASES["the reported escape"].format(m=marker)], fresh=True
+    )
     assert out.returncode == 2 and out.stdout == "", out.stdout + out.stderr
     assert "expected Case(name=value, ...)" in one_line(out.stderr)
 

@@ -6,6 +6,7 @@ on one host runs the same code under torch's own single-node launcher.)"""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -100,7 +101,11 @@ def test_a_tp_group_spans_two_nodes():
     assert failed == [f"FAILED properties/test_equivalence.py::test_token_exact[{impls.split(',')[-1]}-torchrun]"]
     assert "[tie across ranks resolved to the higher rank]" in out, out[-3000:]
     assert "on the torchrun job's group of tp=2" in out and " passed" in out, out[-3000:]
-    assert other[0] == 0, other[1][-3000:]  # the other node served every task and ended when told
+    # The other node served every task and ended when told.  Its launcher's status can be 1 all the same: a failing
+    # rank 0 ends the driver's launcher at once (torchrun's agent waits at its exit barrier only on success), and
+    # with it the rendezvous store, which the other launcher may still poll while its rank ends (seen in a full run).
+    assert re.search(r"rank 1 ran [1-9]\d* tasks and stopped when told", other[1]), other[1][-3000:]
+    assert other[0] == 0 or (other[0] == 1 and "The connection to the C10d store has failed" in other[1]), other
 
 
 def test_a_node_lost_mid_run_is_a_clear_failure():

@@ -1,0 +1,59 @@
+"""A command forked from the torch-importing server ends as it would in a new interpreter: its status (``sys.exit``,
+``os._exit``, a signal, an uncaught exception), its output, its arguments, environment and directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import forked_runs
+from tests.suite import ROOT, run
+
+PY = sys.executable
+
+
+@pytest.mark.parametrize(
+    "code, status",
+    [
+        ("import sys; sys.exit(3)", 3),
+        ("import os; os._exit(5)", 5),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", -9),
+        ("raise SystemExit('said on stderr')", 1),
+        ("pass", 0),
+    ],
+)
+def test_the_status_is_the_commands(code, status):
+    assert run([PY, "-c", code]).returncode == status
+
+
+def test_an_uncaught_exception_is_a_traceback_of_the_command_only():
+    done = run([PY, "-c", "raise ValueError('boom')"])
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "Traceback (most recent call last):",
+        '  File "<string>", line 1, in <module>',
+        "ValueError: boom",
+    ], done.stderr
+
+
+def test_arguments_environment_and_directory_are_the_commands():
+    code = "import os, sys; print(sys.argv[1:], os.environ['TPARGMAX_X'], os.getcwd(), 'torch' in sys.modules)"
+    done = run([PY, "-c", code, "a", "b"], TPARGMAX_X="set")
+    assert done.stdout == f"['a', 'b'] set {ROOT} True\n" and done.stderr == "", done
+    module = run([PY, "-m", "tpargmax", "--help"])
+    assert module.returncode == 0 and module.stdout.startswith("usage: tpargmax"), module
+
+
+def test_a_command_past_its_timeout_is_killed(tmp_path):
+    with pytest.raises(subprocess.TimeoutExpired):
+        forked_runs.run([PY, "-c", "import time; time.sleep(60)"], dict(os.environ), ROOT, 0.5, tmp_path)
+    assert run([PY, "-c", "print('next')"]).stdout == "next\n"  # the server serves on
+
+
+def test_what_changes_how_python_starts_runs_as_a_plain_subprocess(tmp_path):
+    env = dict(os.environ)
+    assert forked_runs.run([PY, "-c", "pass"], {**env, "PYTHONPATH": str(tmp_path)}, ROOT, 10, tmp_path) is None
+    assert forked_runs.run([PY, "scripts/gpu_check"], env, ROOT, 10, tmp_path) is None
