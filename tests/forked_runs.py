@@ -39,7 +39,7 @@ class _Server:
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            self.proc.stdin.close()  # the server ends on end of input, killing a child still running
+            self.proc.stdin.close()  # the server ends on end of input
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
@@ -77,7 +77,7 @@ def _same_start(env: dict[str, str], base: dict[str, str]) -> bool:
 
 def run(
     cmd: list[str], env: dict[str, str], cwd: Path, timeout: float, tmp: Path
-) -> subprocess.CompletedProcess | None:  # noqa: E501
+) -> subprocess.CompletedProcess | None:
     """``cmd`` (``python -m ...`` or ``python -c ...``) forked from the server, as ``subprocess.run`` with
     ``capture_output=True, text=True`` would give it; None where it must run as a plain subprocess."""
     global _server
