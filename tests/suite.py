@@ -28,6 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 _BYTECODE = tempfile.TemporaryDirectory(prefix="tpargmax-test-bytecode-")
 
 
+def clear_settings(monkeypatch) -> None:
+    """Take the caller's TPARGMAX_* settings out of this process's environment for the test (as :func:`run` does
+    for its commands); monkeypatch puts them back."""
+    for name in [k for k in os.environ if k.startswith("TPARGMAX_")]:
+        monkeypatch.delenv(name)
+
+
 def run(cmd: list[str], *, fresh: bool = False, **env: str) -> subprocess.CompletedProcess:
     """``cmd`` in the checkout, without the caller's TPARGMAX_* settings; a ``python -m``/``-c`` command is forked
     from a process that imported torch once (:mod:`tests.forked_runs`), any other, or any with ``fresh``, runs as a

@@ -7,7 +7,6 @@ Budgets are rounds, examples and pinned seeds, never minutes, as in tests/test_f
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from types import SimpleNamespace
@@ -17,7 +16,7 @@ import pytest
 from properties import example_db
 from properties.fuzz_shards import shard_of, shard_seed
 from tests.redis_server import redis_server, require
-from tests.suite import run, run_suite
+from tests.suite import clear_settings, run, run_suite
 from tpargmax.cli import main as tpargmax
 
 PLANTED = "tests.broken:highest_rank_wins"
@@ -25,16 +24,11 @@ FOUND_BY_GENERATION = ["-k", "tp_invariance", "--impl", PLANTED, "--backend", "s
 UNREACHABLE = "unix:///nonexistent/tpargmax/redis.sock?db=0"
 
 
-def _clean_env(monkeypatch) -> None:
-    for name in [k for k in os.environ if k.startswith("TPARGMAX_")]:
-        monkeypatch.delenv(name)
-
-
 def test_two_shards_share_one_live_database_and_the_summary_lists_the_find_once(tmp_path, capsys, monkeypatch):
     require()
     import redis
 
-    _clean_env(monkeypatch)
+    clear_settings(monkeypatch)
     with redis_server() as url:
         monkeypatch.setenv("TPARGMAX_DB", url)  # --db sets it too; monkeypatch puts the old value back
         for shard in (1, 2):
@@ -108,7 +102,7 @@ def test_a_server_that_cannot_be_reached_is_one_line_not_a_fall_back(capsys, mon
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
     (line,) = [line for line in done.stderr.splitlines() if line.strip()]
     assert line.startswith(f"ERROR: TPARGMAX_DB={UNREACHABLE}: cannot reach the Redis server"), line
-    _clean_env(monkeypatch)
+    clear_settings(monkeypatch)
     monkeypatch.setenv("TPARGMAX_DB", "unused")
     assert tpargmax(["fuzz", "--rounds", "1", "--db", UNREACHABLE]) == 2
     (line,) = capsys.readouterr().err.splitlines()

@@ -7,21 +7,19 @@ minutes, so what it finds does not depend on the machine's speed.
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
 
 from properties import runner
-from tests.suite import run_suite
+from tests.suite import clear_settings, run_suite
 from tpargmax.cli import main as tpargmax
 
 PLANTED = "tests.broken:highest_rank_wins"
 
 
 def test_fuzz_finds_a_planted_bug_and_everything_it_leaves_replays(tmp_path, capsys, monkeypatch):
-    for name in [k for k in os.environ if k.startswith("TPARGMAX_")]:
-        monkeypatch.delenv(name)
+    clear_settings(monkeypatch)
     monkeypatch.setenv("TPARGMAX_DB", str(tmp_path / "db"))
     monkeypatch.setattr(runner, "collective_timeout", runner.collective_timeout)  # replay sets its own
     repro_dir, log = tmp_path / "repro", tmp_path / "fuzz-log.jsonl"
