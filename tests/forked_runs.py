@@ -54,8 +54,8 @@ class _Server:
             raise RuntimeError("the forked-runs server ended")
         return json.loads(line)
 
-    def run(self, argv: list[str], env: dict[str, str], cwd: Path, timeout: float, out: Path) -> tuple[int, int]:
-        """The child's pid and exit status (negative: the signal that ended it)."""
+    def run(self, argv: list[str], env: dict[str, str], cwd: Path, timeout: float, out: Path) -> int:
+        """The child's exit status (negative: the signal that ended it)."""
         request = {"argv": argv, "env": env, "cwd": str(cwd), "stdout": str(out / "1"), "stderr": str(out / "2")}
         self.proc.stdin.write(json.dumps(request).encode() + b"\n")
         pid = self._reply(None)["pid"]
@@ -64,7 +64,7 @@ class _Server:
             os.kill(pid, signal.SIGKILL)
             self._reply(None)
             raise TimeoutError(pid)
-        return pid, done["status"]
+        return done["status"]
 
 
 _server: _Server | None = None
@@ -88,7 +88,7 @@ def run(
     if not _same_start(env, _server.env):
         return None
     try:
-        _, status = _server.run(cmd[1:], env, cwd, timeout, tmp)
+        status = _server.run(cmd[1:], env, cwd, timeout, tmp)
     except TimeoutError:
         raise subprocess.TimeoutExpired(cmd, timeout) from None
     read = [(tmp / name).read_text(errors="replace") if (tmp / name).exists() else "" for name in ("1", "2")]
