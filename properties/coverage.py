@@ -158,7 +158,7 @@ def observe_sampling(params, vocab: int, x_of) -> None:
 
 def record_to(directory: str) -> None:
     """Write each example's features, one JSON line per example, to a file of this process in ``directory``."""
-    from hypothesis.internal.observability import add_observability_callback
+    from hypothesis.internal import observability
 
     path = Path(directory) / f"{os.getpid()}.jsonl"
     known = set(all_features())
@@ -171,7 +171,10 @@ def record_to(directory: str) -> None:
             with path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"test": observation.property, "features": mine}) + "\n")
 
-    add_observability_callback(write)  # the thread that runs the tests
+    # Hypothesis traces every line of every example for an observer unless told not to (it documents this switch
+    # for monkeypatching): on Python 3.11 that is sys.settrace, and it slowed each example severalfold.
+    observability.OBSERVABILITY_COLLECT_COVERAGE = False
+    observability.add_observability_callback(write)  # the thread that runs the tests
 
 
 def read(directory: str) -> list[list[str]]:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 # Read when Python or torch start: a command that sets one of these differently runs as a plain subprocess.
 _AT_START = ("PYTHON", "TORCH", "OMP_", "MKL_", "CUDA", "LD_")
-_APPLIED = {"PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE"}  # the child sets these itself
+_APPLIED = {"PYTHONDONTWRITEBYTECODE"}  # the child sets it itself
 
 
 class _Server:
@@ -83,10 +83,10 @@ def run(
     global _server
     if len(cmd) < 3 or cmd[0] != sys.executable or cmd[1] not in ("-m", "-c"):
         return None
-    if _server is None or _server.proc.poll() is not None:
-        _server = _Server({k: v for k, v in env.items() if not k.startswith("TPARGMAX_")}, cwd)
-    if not _same_start(env, _server.env):
+    if not _same_start(env, dict(os.environ)):  # the server starts as this process did, not as one command asks
         return None
+    if _server is None or _server.proc.poll() is not None:
+        _server = _Server({k: v for k, v in os.environ.items() if not k.startswith(("TPARGMAX_", *_APPLIED))}, cwd)
     try:
         status = _server.run(cmd[1:], env, cwd, timeout, tmp)
     except TimeoutError:
@@ -108,7 +108,6 @@ def _child(request: dict) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        sys.pycache_prefix = os.environ.get("PYTHONPYCACHEPREFIX")
         sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
             os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)

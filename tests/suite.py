@@ -23,9 +23,6 @@ from sharded.layout import vocab_parallel_layout
 from tests import forked_runs
 
 ROOT = Path(__file__).resolve().parent.parent
-# Compiled modules of the runs below, shared by them and removed with this process: with PYTHONDONTWRITEBYTECODE
-# set, as on CI machines, each run compiled the whole project again (0.5 s of a 4 s run, measured).
-_BYTECODE = tempfile.TemporaryDirectory(prefix="tpargmax-test-bytecode-")
 
 
 def clear_settings(monkeypatch) -> None:
@@ -44,9 +41,10 @@ def run(cmd: list[str], *, fresh: bool = False, **env: str) -> subprocess.Comple
     neither litters the checkout nor depends on what earlier runs left there.
     """
     with tempfile.TemporaryDirectory(prefix="tpargmax-test-") as tmp:
+        # Commands write the modules they compile to __pycache__ (ignored by git), which every later one reads:
+        # with PYTHONDONTWRITEBYTECODE set, as on this machine, each compiled the project again.
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("TPARGMAX_") and k != "PYTHONDONTWRITEBYTECODE"},
-            "PYTHONPYCACHEPREFIX": _BYTECODE.name,
             "TPARGMAX_REPRO_DIR": os.path.join(tmp, "repro"),
             "TPARGMAX_DB": os.path.join(tmp, "examples"),
             **env,

@@ -57,3 +57,16 @@ def test_what_changes_how_python_starts_runs_as_a_plain_subprocess(tmp_path):
     env = dict(os.environ)
     assert forked_runs.run([PY, "-c", "pass"], {**env, "PYTHONPATH": str(tmp_path)}, ROOT, 10, tmp_path) is None
     assert forked_runs.run([PY, "scripts/gpu_check"], env, ROOT, 10, tmp_path) is None
+
+
+def test_the_server_starts_as_this_process_did_whatever_the_first_command_asks(tmp_path, monkeypatch):
+    """A first command that must run apart (its own PYTHONPATH) does not leave every later one to run apart too."""
+    monkeypatch.setattr(forked_runs, "_server", None)
+    env = dict(os.environ)
+    try:
+        assert forked_runs.run([PY, "-c", "pass"], {**env, "PYTHONPATH": str(tmp_path)}, ROOT, 10, tmp_path) is None
+        done = forked_runs.run([PY, "-c", "print('forked')"], env, ROOT, 10, tmp_path)
+        assert done is not None and done.stdout == "forked\n", done
+    finally:
+        if forked_runs._server is not None:
+            forked_runs._server.close()
