@@ -1,70 +1,88 @@
 """The suite's commands run as fresh processes forked from one that imported torch once.
 
-A test that runs ``python -m pytest ...`` or ``python -m tpargmax ...`` as a user would paid for importing torch
-each time: 2 to 3 s of CPU on a slow 2-core machine, most of such a run.  Here one server process per test process
-imports torch (and nothing of the project), and forks a child for each command: the child takes the command's
-environment, working directory and arguments, runs it as ``python -m`` or ``python -c`` would, with its own output
-files, and exits with the command's status (``os._exit`` and signals included).  Hypothesis, pytest and the project
-are imported fresh in every child.
+A test that runs ``python -m pytest ...`` or ``python -m torch.distributed.run ...`` as a user would paid for
+importing torch each time: 2 to 3 s of CPU on a slow 2-core machine, most of such a run.  Here one server process
+per test process imports torch (and nothing of the project), and forks a child for each command: the child takes
+the command's environment, working directory, arguments and standard streams (the caller's own file descriptors,
+passed over a Unix socket: a pipe reads as it would from :class:`subprocess.Popen`), runs it as ``python -m`` or
+``python -c`` would, and exits with the command's status (``os._exit`` and signals included).  Hypothesis, pytest
+and the project are imported fresh in every child.  Several children may run at once (two torchrun launchers).
 
 A command the server cannot reproduce exactly (another program, or an environment that changes how Python or torch
-start) runs as an ordinary subprocess: :func:`run` returns None for it.
+start) runs as an ordinary subprocess: :func:`popen` returns a :class:`subprocess.Popen` for it, :func:`run` None.
 """
 
 from __future__ import annotations
 
 import atexit
+import io
 import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 # Read when Python or torch start: a command that sets one of these differently runs as a plain subprocess.
 _AT_START = ("PYTHON", "TORCH", "OMP_", "MKL_", "CUDA", "LD_")
 _APPLIED = {"PYTHONDONTWRITEBYTECODE"}  # the child sets it itself
+_MESSAGE = 1 << 20  # a request (argv and environment) fits in one datagram of this size
 
 
 class _Server:
     def __init__(self, env: dict[str, str], cwd: Path) -> None:
         self.env = env
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.forked_runs"], cwd=cwd, env=env, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
-        )  # fmt: skip  # unbuffered replies: a line read is never one that select() would still wait for
+            [sys.executable, "-m", "tests.forked_runs"], cwd=cwd, env=env, stdin=theirs,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        theirs.close()
+        self.ended: dict[int, int] = {}  # pid -> exit status, as the server reported them
         atexit.register(self.close)
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            self.proc.stdin.close()  # the server ends on end of input
+            self.sock.close()  # the server ends on end of input
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
 
-    def _reply(self, timeout: float | None) -> dict | None:
-        if timeout is not None and not select.select([self.proc.stdout], [], [], max(0.0, timeout))[0]:
-            return None
-        line = self.proc.stdout.readline()  # byte by byte from the pipe: nothing past the line is read
-        if not line:
+    def _receive(self, timeout: float | None) -> bool:
+        """Read one report within ``timeout`` seconds; False if none came."""
+        if timeout is not None and not select.select([self.sock], [], [], max(0.0, timeout))[0]:
+            return False
+        message = self.sock.recv(_MESSAGE)
+        if not message:
             raise RuntimeError("the forked-runs server ended")
-        return json.loads(line)
+        report = json.loads(message)
+        if "ended" in report:
+            self.ended[report["ended"]] = report["status"]
+        else:
+            self.started = report["started"]
+        return True
 
-    def run(self, argv: list[str], env: dict[str, str], cwd: Path, timeout: float, out: Path) -> int:
-        """The child's exit status (negative: the signal that ended it)."""
-        request = {"argv": argv, "env": env, "cwd": str(cwd), "stdout": str(out / "1"), "stderr": str(out / "2")}
-        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-        pid = self._reply(None)["pid"]
-        done = self._reply(timeout)
-        if done is None:
-            os.kill(pid, signal.SIGKILL)
-            self._reply(None)
-            raise TimeoutError(pid)
-        return done["status"]
+    def start(self, request: dict, fds: list[int]) -> int:
+        """Fork a child for ``request`` with ``fds`` as its standard input, output and error; its pid."""
+        self.started: int | None = None
+        socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
+        while self.started is None:
+            self._receive(None)
+        return self.started
+
+    def status(self, pid: int, timeout: float | None) -> int | None:
+        """The child's exit status (negative: the signal that ended it), or None if it runs past ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while pid not in self.ended:
+            if not self._receive(None if deadline is None else deadline - time.monotonic()):
+                return None
+        return self.ended.pop(pid)
 
 
 _server: _Server | None = None
@@ -75,43 +93,146 @@ def _same_start(env: dict[str, str], base: dict[str, str]) -> bool:
     return all(env.get(k) == base.get(k) for k in keys)
 
 
+def _forkable(cmd: list[str], env: dict[str, str]) -> bool:
+    """``python -m``/``-c`` with an environment that starts Python and torch as this process's did."""
+    python = len(cmd) >= 3 and cmd[0] == sys.executable and cmd[1] in ("-m", "-c")
+    return python and _same_start(env, dict(os.environ))  # the server starts as this process did
+
+
+def _the_server(cwd: Path) -> _Server:
+    global _server
+    if _server is None or _server.proc.poll() is not None:
+        _server = _Server({k: v for k, v in os.environ.items() if not k.startswith(("TPARGMAX_", *_APPLIED))}, cwd)
+    return _server
+
+
+class Forked:
+    """A command forked from the server: the part of :class:`subprocess.Popen` the tests use."""
+
+    def __init__(self, server: _Server, pid: int, args: list[str], stdout: io.IOBase | None) -> None:
+        self._server, self.pid, self.args, self.stdout = server, pid, args, stdout
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._server.status(self.pid, 0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self._server.status(self.pid, timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def __enter__(self) -> Forked:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.stdout is not None:
+            self.stdout.close()
+        self.wait()
+
+
+def _child_fd(stream: object, opened: list[int], readers: list[int]) -> int:
+    """The descriptor a child's stream gets, as :class:`subprocess.Popen` reads ``stream``: a pipe's write end (its
+    read end goes to ``readers``), /dev/null, a file's or a descriptor; ``opened`` collects what this call opened."""
+    if stream is subprocess.PIPE:
+        read, write = os.pipe()
+        readers.append(read)
+        opened.append(write)
+        return write
+    if stream is subprocess.DEVNULL:
+        opened.append(os.open(os.devnull, os.O_RDWR))
+        return opened[-1]
+    return stream if isinstance(stream, int) else stream.fileno()
+
+
+def popen(
+    cmd: list[str],
+    *,
+    cwd: Path | str,
+    env: dict[str, str] | None = None,
+    stdout: object = None,
+    stderr: object = None,
+    text: bool = False,
+    start_new_session: bool = False,
+) -> Forked | subprocess.Popen:
+    """``subprocess.Popen(cmd, ...)`` with these arguments (and stdin from /dev/null), forked from the server
+    where it can be; only ``stdout`` may be a pipe."""
+    if stderr is subprocess.PIPE:
+        raise ValueError("forked_runs.popen: only stdout can be a pipe; send stderr to it with stderr=STDOUT")
+    env = dict(os.environ) if env is None else env
+    if not _forkable(cmd, env):
+        return subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, text=text,
+            start_new_session=start_new_session,
+        )  # fmt: skip
+    server, opened, readers = _the_server(Path(cwd)), [], []
+    try:
+        out = _child_fd(1 if stdout is None else stdout, opened, readers)
+        err = out if stderr is subprocess.STDOUT else _child_fd(2 if stderr is None else stderr, opened, readers)
+        request = {"argv": cmd[1:], "env": env, "cwd": str(cwd), "session": start_new_session}
+        pid = server.start(request, [_child_fd(subprocess.DEVNULL, opened, readers), out, err])
+    finally:
+        for fd in opened:  # the child has its own copies now
+            os.close(fd)
+    reader = open(readers[0], "r" if text else "rb") if readers else None  # noqa: SIM115 - closed by the caller
+    return Forked(server, pid, cmd, reader)
+
+
 def run(
     cmd: list[str], env: dict[str, str], cwd: Path, timeout: float, tmp: Path
 ) -> subprocess.CompletedProcess | None:
     """``cmd`` (``python -m ...`` or ``python -c ...``) forked from the server, as ``subprocess.run`` with
     ``capture_output=True, text=True`` would give it; None where it must run as a plain subprocess."""
-    global _server
-    if len(cmd) < 3 or cmd[0] != sys.executable or cmd[1] not in ("-m", "-c"):
+    if not _forkable(cmd, env):
         return None
-    if not _same_start(env, dict(os.environ)):  # the server starts as this process did, not as one command asks
-        return None
-    if _server is None or _server.proc.poll() is not None:
-        _server = _Server({k: v for k, v in os.environ.items() if not k.startswith(("TPARGMAX_", *_APPLIED))}, cwd)
-    try:
-        status = _server.run(cmd[1:], env, cwd, timeout, tmp)
-    except TimeoutError:
-        raise subprocess.TimeoutExpired(cmd, timeout) from None
-    read = [(tmp / name).read_text(errors="replace") if (tmp / name).exists() else "" for name in ("1", "2")]
-    return subprocess.CompletedProcess(cmd, status, *read)
+    with open(tmp / "1", "w+b") as out, open(tmp / "2", "w+b") as err:
+        child = popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err)
+        try:
+            status = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            raise
+        outputs = []
+        for written in (out, err):
+            written.seek(0)
+            outputs.append(written.read().decode(errors="replace"))
+    return subprocess.CompletedProcess(cmd, status, *outputs)
 
 
 # --- the server and its children ---------------------------------------------------------------------------------
 
 
-def _child(request: dict) -> None:
+def _child(request: dict, fds: list[int], closing: list[int]) -> None:
     """Become the command: never returns."""
     import runpy
     import types
 
     code: object = 1
     try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in closing:
+            os.close(fd)
+        if request["session"]:
+            os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
         sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
-        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - fd 0 for the process's life
         flag, what, *args = request["argv"]
         if flag == "-m":
@@ -148,17 +269,37 @@ def _child(request: dict) -> None:
 
 
 def _serve() -> None:
+    """Fork a child for each request on the socket (fd 0); report each start and each end on it."""
     import torch  # noqa: F401 - the point: imported here once, not in every command
 
-    for line in sys.stdin:
-        request = json.loads(line)
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:
-            _child(request)
-        print(json.dumps({"pid": pid}), flush=True)
-        _, status = os.waitpid(pid, 0)
-        print(json.dumps({"status": os.waitstatus_to_exitcode(status)}), flush=True)
+    sock = socket.socket(fileno=0)
+    woken, wake = os.pipe()
+    os.set_blocking(wake, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a child's end wakes the select below
+    signal.set_wakeup_fd(wake)
+    while True:
+        ready = select.select([sock, woken], [], [])[0]
+        if woken in ready:
+            os.read(woken, 4096)
+        while True:  # every child that ended
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            sock.send(json.dumps({"ended": pid, "status": os.waitstatus_to_exitcode(status)}).encode())
+        if sock in ready:
+            message, fds, _, _ = socket.recv_fds(sock, _MESSAGE, 3)
+            if not message:
+                return  # the test process closed its end
+            sys.stdout.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(json.loads(message), fds, [sock.fileno(), woken, wake])
+            for fd in fds:
+                os.close(fd)
+            sock.send(json.dumps({"started": pid}).encode())
 
 
 if __name__ == "__main__":

@@ -32,6 +32,15 @@ def clear_settings(monkeypatch) -> None:
         monkeypatch.delenv(name)
 
 
+def fork_the_commands(monkeypatch) -> None:
+    """For the test: the pytest runs that ``tpargmax fuzz`` and ``tpargmax coverage`` start are forked from the
+    process that imported torch (:mod:`tests.forked_runs`), as :func:`run`'s commands are."""
+    from tpargmax import coverage, fuzz
+
+    for module in (fuzz, coverage):
+        monkeypatch.setattr(module, "Popen", forked_runs.popen)
+
+
 def run(cmd: list[str], *, fresh: bool = False, **env: str) -> subprocess.CompletedProcess:
     """``cmd`` in the checkout, without the caller's TPARGMAX_* settings; a ``python -m``/``-c`` command is forked
     from a process that imported torch once (:mod:`tests.forked_runs`), any other, or any with ``fresh``, runs as a

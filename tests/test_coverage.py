@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 
 from properties.case_tensors import build
 from properties.cases import Case
 from properties.coverage import IMPOSSIBLE, count_pairs, features, valid_pairs
 from properties.runner import oracle_draft_logits
 from properties.strategies import EDGE_CASES
-from tests.suite import run
+from tests.suite import clear_settings, fork_the_commands
+from tpargmax.cli import main as tpargmax
 
 
 def features_of(case: Case) -> list[str]:
@@ -48,16 +48,18 @@ def test_pairs_are_counted_once_per_example():
     assert pairs == {frozenset(("a: 1", "b: 2")): 1, frozenset(("a: 1", "c: 3")): 1}
 
 
-def test_the_command_records_every_example_and_names_the_thin_pairs(tmp_path):
+def test_the_command_records_every_example_and_names_the_thin_pairs(tmp_path, capsys, monkeypatch):
     """One property, one implementation, on the simulated group: every drawn and pinned example, recorded."""
+    clear_settings(monkeypatch)
+    fork_the_commands(monkeypatch)
     recorded = 60 + len(EDGE_CASES)
     out = tmp_path / "coverage.json"
-    cmd = [sys.executable, "-m", "tpargmax", "coverage", "-k", "test_token_exact", "--backend", "sim"]
-    cmd += ["--impl", "vllm_pairs", "--max-examples", "60"]
-    proc = run([*cmd, "-n", "0", "--min", "40", "--json", str(out)])
-    assert f"{recorded} examples recorded (pytest green)" in proc.stdout, proc.stdout + proc.stderr
+    args = ["coverage", "-k", "test_token_exact", "--backend", "sim", "--impl", "vllm_pairs", "--max-examples", "60"]
+    code = tpargmax([*args, "-n", "0", "--min", "40", "--json", str(out)])
+    printed = capsys.readouterr()
+    assert f"{recorded} examples recorded (pytest green)" in printed.out, printed.out + printed.err
     saved = json.loads(out.read_text())
     thin = [name for name, count in saved["pairs"].items() if count < 40]
-    assert proc.returncode == (1 if thin else 0)
-    assert f"pairs below 40 examples: {len(thin)}" in proc.stdout
+    assert code == (1 if thin else 0)
+    assert f"pairs below 40 examples: {len(thin)}" in printed.out
     assert sum(saved["features"][f"d2t: {plan}"] for plan in ("none", "zeros", "eagle3")) == recorded

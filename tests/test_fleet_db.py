@@ -16,7 +16,7 @@ import pytest
 from properties import example_db
 from properties.fuzz_shards import shard_of, shard_seed
 from tests.redis_server import redis_server, require
-from tests.suite import clear_settings, run, run_suite
+from tests.suite import clear_settings, fork_the_commands, run, run_suite
 from tpargmax.cli import main as tpargmax
 
 PLANTED = "tests.broken:highest_rank_wins"
@@ -29,6 +29,7 @@ def test_two_shards_share_one_live_database_and_the_summary_lists_the_find_once(
     import redis
 
     clear_settings(monkeypatch)
+    fork_the_commands(monkeypatch)
     with redis_server() as url:
         monkeypatch.setenv("TPARGMAX_DB", url)  # --db sets it too; monkeypatch puts the old value back
         for shard in (1, 2):

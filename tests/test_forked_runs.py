@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -70,3 +71,23 @@ def test_the_server_starts_as_this_process_did_whatever_the_first_command_asks(t
     finally:
         if forked_runs._server is not None:
             forked_runs._server.close()
+
+
+def test_children_run_at_once_read_through_a_pipe_in_their_own_session():
+    """What torchrun's two launchers and the pool's driver need: a second command runs while the first still does,
+    a line the first prints arrives before it ends, a session of its own, and an end by signal."""
+    first = forked_runs.popen(
+        [PY, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    with first:
+        assert isinstance(first, forked_runs.Forked) and first.stdout.readline() == "ready\n"
+        assert os.getpgid(first.pid) == first.pid != os.getpgid(0)
+        assert first.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            first.wait(0.2)
+        second = forked_runs.popen([PY, "-c", "print('second')"], cwd=ROOT, stdout=subprocess.PIPE)
+        assert second.wait(30) == 0 and second.stdout.read() == b"second\n"  # the first still sleeps
+        second.stdout.close()
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(30) == -signal.SIGTERM and first.stdout.read() == ""  # its end closed the pipe

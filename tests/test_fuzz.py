@@ -12,7 +12,7 @@ import re
 import pytest
 
 from properties import runner
-from tests.suite import clear_settings, run_suite
+from tests.suite import clear_settings, fork_the_commands, run_suite
 from tpargmax.cli import main as tpargmax
 
 PLANTED = "tests.broken:highest_rank_wins"
@@ -20,6 +20,7 @@ PLANTED = "tests.broken:highest_rank_wins"
 
 def test_fuzz_finds_a_planted_bug_and_everything_it_leaves_replays(tmp_path, capsys, monkeypatch):
     clear_settings(monkeypatch)
+    fork_the_commands(monkeypatch)
     monkeypatch.setenv("TPARGMAX_DB", str(tmp_path / "db"))
     monkeypatch.setattr(runner, "collective_timeout", runner.collective_timeout)  # replay sets its own
     repro_dir, log = tmp_path / "repro", tmp_path / "fuzz-log.jsonl"

@@ -22,6 +22,7 @@ from groups.tasks import RemoteError, RemoteValueError
 from groups.wire import recv, send
 from properties.cases import Case
 from properties.runner import prepare, rank_kwargs
+from tests.forked_runs import popen
 from tests.suite import ROOT
 
 TIMEOUT = 3.0  # the pool's hang timeout: what a healthy task takes is milliseconds
@@ -130,7 +131,7 @@ time.sleep(float(sys.argv[1]))
 
 @pytest.mark.parametrize("how", ["exit", "SIGINT", "SIGKILL"])
 def test_no_rank_process_outlives_its_driver(how):
-    driver = subprocess.Popen(
+    driver = popen(
         [sys.executable, "-c", DRIVER, "0" if how == "exit" else "60"],
         cwd=ROOT,
         stdout=subprocess.PIPE,

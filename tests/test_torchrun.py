@@ -15,6 +15,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from tests.forked_runs import popen
 from tests.suite import ROOT
 
 TIMEOUT = 240  # seconds for the whole job; the collective timeout below bounds a lost node's wait
@@ -52,14 +53,8 @@ def two_nodes(*args: str) -> list[tuple[int, str]]:
             launcher += ["--rdzv-conf", f"is_host={host}", "--local-addr", "127.0.0.1", "--max-restarts", "0"]
             command = [*launcher, "-m", "properties.torchrun", "-q", "--hypothesis-profile", "ci", *args]
             out = open(os.path.join(tmp, f"node{1 - host}.log"), "w+")  # noqa: SIM115 - closed below
-            nodes.append(
-                (
-                    subprocess.Popen(
-                        command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-                    ),
-                    out,
-                )
-            )
+            launched = popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            nodes.append((launched, out))
         try:
             results = []
             for proc, out in nodes:

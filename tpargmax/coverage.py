@@ -19,6 +19,7 @@ from pathlib import Path
 from properties.coverage import COVERAGE_ENV, count_pairs, read, valid_pairs
 
 ROOT = Path(__file__).resolve().parent.parent
+Popen = subprocess.Popen  # what starts the pytest run; the project's tests fork it (tests/forked_runs.py)
 
 
 def pair_name(pair: frozenset[str]) -> str:
@@ -34,10 +35,11 @@ def coverage(args: argparse.Namespace) -> int:
         cmd += ["--max-examples", str(args.max_examples)] if args.max_examples else []
         env = {**os.environ, COVERAGE_ENV: tmp, "TPARGMAX_REPRO_DIR": os.path.join(tmp, "repro")}
         print(f"running: {' '.join(cmd[1:])}", flush=True)
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        with Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+            output = proc.stdout.read()
         examples = read(tmp)
     if not examples:
-        print(proc.stdout[-3000:] + proc.stderr[-2000:], file=sys.stderr)
+        print(output[-5000:], file=sys.stderr)
         print(f"tpargmax coverage: the run recorded no example (pytest exited {proc.returncode})", file=sys.stderr)
         return 2
     singles, met = count_pairs(examples)

@@ -36,6 +36,7 @@ from properties.fuzz_shards import shard_seed
 from tpargmax.stats import StatisticsReader
 
 ROOT = Path(__file__).resolve().parent.parent
+Popen = subprocess.Popen  # what starts a round's pytest; the project's tests fork it (tests/forked_runs.py)
 TEST_ID = re.compile(r"(properties/\S+::\S+)")
 OUTCOMES = (" PASSED", " FAILED", " ERROR")
 
@@ -72,7 +73,7 @@ def _round(
         cmd += ["--impl", args.impl]
     if args.shard_by == "properties" and args.shard[1] > 1:
         cmd += ["--shard-tests", "{}/{}".format(*args.shard)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     finished, start, shown, stats = 0, time.monotonic(), time.monotonic(), StatisticsReader()
     for line in proc.stdout:
         stats.feed(line)
