@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -62,15 +63,21 @@ def test_what_changes_how_python_starts_runs_as_a_plain_subprocess(tmp_path):
 
 def test_the_server_starts_as_this_process_did_whatever_the_first_command_asks(tmp_path, monkeypatch):
     """A first command that must run apart (its own PYTHONPATH) does not leave every later one to run apart too."""
+    started: list[dict[str, str]] = []
+
+    class Recorded:  # the server as started, without starting one
+        def __init__(self, env: dict[str, str], cwd: Path) -> None:
+            started.append(env)
+            raise RuntimeError("started")
+
     monkeypatch.setattr(forked_runs, "_server", None)
+    monkeypatch.setattr(forked_runs, "_Server", Recorded)
     env = dict(os.environ)
-    try:
-        assert forked_runs.run([PY, "-c", "pass"], {**env, "PYTHONPATH": str(tmp_path)}, ROOT, 10, tmp_path) is None
-        done = forked_runs.run([PY, "-c", "print('forked')"], env, ROOT, 10, tmp_path)
-        assert done is not None and done.stdout == "forked\n", done
-    finally:
-        if forked_runs._server is not None:
-            forked_runs._server.close()
+    assert forked_runs.run([PY, "-c", "pass"], {**env, "PYTHONPATH": str(tmp_path)}, ROOT, 10, tmp_path) is None
+    assert started == []
+    with pytest.raises(RuntimeError, match="started"):
+        forked_runs.run([PY, "-c", "pass"], env, ROOT, 10, tmp_path)
+    assert started[0].get("PYTHONPATH") == env.get("PYTHONPATH"), started
 
 
 def test_children_run_at_once_read_through_a_pipe_in_their_own_session():
