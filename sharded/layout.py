@@ -72,6 +72,11 @@ class ShardLayout:
             ]
         )
 
+    def id_at(self, index: torch.Tensor) -> torch.Tensor:
+        """The global ids at positions ``index`` of :meth:`token_ids`, without building it (a shard can hold
+        130k tokens, a row's winner is one)."""
+        return torch.where(index < self.num_real, index + self.start, index - self.num_real + self.added_start)
+
     def row_of(self, token: int) -> int | None:
         """The row holding global id ``token`` on this rank (padding and non-token rows included), or None."""
         if self.start <= token < self.start + self.base_real:

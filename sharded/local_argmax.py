@@ -35,11 +35,14 @@ def checked_shard_logits(
     return head_logits(hidden, weight, bias, scale, soft_cap)
 
 
+def token_values(logits: torch.Tensor, layout: ShardLayout) -> torch.Tensor:
+    """``[B, n]`` logits of this rank's token rows: base, then added (a view while the tokens are one block)."""
+    return logits[:, : layout.num_real] if not layout.num_added else logits[:, layout.token_rows(logits.device)]
+
+
 def token_logits(logits: torch.Tensor, layout: ShardLayout) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[B, n]`` logits of this rank's token rows (base, then added) and their ascending global ids ``[n]``."""
-    # a view while the tokens are one block
-    values = logits[:, : layout.num_real] if not layout.num_added else logits[:, layout.token_rows(logits.device)]
-    return values, layout.token_ids(logits.device)
+    """:func:`token_values` and their ascending global ids ``[n]``."""
+    return token_values(logits, layout), layout.token_ids(logits.device)
 
 
 def local_best(logits: torch.Tensor, layout: ShardLayout) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,12 +51,12 @@ def local_best(logits: torch.Tensor, layout: ShardLayout) -> tuple[torch.Tensor,
     A rank without tokens offers ``-inf`` at its first id, which loses every tie to rank 0 (id 0 is always
     a token there).
     """
-    values, ids = token_logits(logits, layout)
-    if not ids.numel():
+    values = token_values(logits, layout)
+    if not values.shape[-1]:
         values = logits.new_full(logits.shape[:1], float("-inf"))
         return values, torch.full_like(values, layout.start, dtype=torch.int64)
     best, index = values.max(dim=-1)
-    return best, ids[index]
+    return best, layout.id_at(index)
 
 
 def map_d2t(ids: torch.Tensor, d2t: torch.Tensor | None, layout: ShardLayout) -> torch.Tensor:
