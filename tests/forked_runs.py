@@ -43,6 +43,7 @@ class _Server:
         )  # fmt: skip
         theirs.close()
         self.ended: dict[int, int] = {}  # pid -> exit status, as the server reported them
+        self.started: int | None = None  # the pid of the child the last request started
         atexit.register(self.close)
 
     def close(self) -> None:
@@ -70,7 +71,7 @@ class _Server:
 
     def start(self, request: dict, fds: list[int]) -> int:
         """Fork a child for ``request`` with ``fds`` as its standard input, output and error; its pid."""
-        self.started: int | None = None
+        self.started = None
         socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
         while self.started is None:
             self._receive(None)
