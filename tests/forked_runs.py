@@ -176,11 +176,18 @@ def popen(
             cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, text=text,
             start_new_session=start_new_session,
         )  # fmt: skip
+    return _fork(cmd, cwd, env, stdout, stderr, text, start_new_session)
+
+
+def _fork(
+    cmd: list[str], cwd: Path | str, env: dict[str, str], stdout: object, stderr: object, text: bool, session: bool
+) -> Forked:
+    """:func:`popen` for a command :func:`_forkable` allows."""
     server, opened, readers = _the_server(Path(cwd)), [], []
     try:
         out = _child_fd(1 if stdout is None else stdout, opened, readers)
         err = out if stderr is subprocess.STDOUT else _child_fd(2 if stderr is None else stderr, opened, readers)
-        request = {"argv": cmd[1:], "env": env, "cwd": str(cwd), "session": start_new_session}
+        request = {"argv": cmd[1:], "env": env, "cwd": str(cwd), "session": session}
         pid = server.start(request, [_child_fd(subprocess.DEVNULL, opened, readers), out, err])
     finally:
         for fd in opened:  # the child has its own copies now
@@ -197,7 +204,7 @@ def run(
     if not _forkable(cmd, env):
         return None
     with open(tmp / "1", "w+b") as out, open(tmp / "2", "w+b") as err:
-        child = popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err)
+        child = _fork(cmd, cwd, env, out, err, text=False, session=False)
         try:
             status = child.wait(timeout)
         except subprocess.TimeoutExpired:
