@@ -128,7 +128,10 @@ class Forked:
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
-            os.kill(self.pid, sig)
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:  # it ended, and the server reaped it, after the poll: as Popen, nothing to do
+                pass
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)

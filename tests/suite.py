@@ -25,6 +25,18 @@ from tests import forked_runs
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def process_state(pid: int) -> tuple[str, int] | None:
+    """``(state, process group)`` of a process from ``/proc/PID/stat``, or None once it is gone.  A process can end
+    between any two reads: its entry then vanishes (FileNotFoundError) or the read of its open ``stat`` raises
+    ProcessLookupError, and both mean gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return fields[0], int(fields[2])
+
+
 def clear_settings(monkeypatch) -> None:
     """Take the caller's TPARGMAX_* settings out of this process's environment for the test (as :func:`run` does
     for its commands); monkeypatch puts them back."""

@@ -22,8 +22,9 @@ from groups.tasks import RemoteError, RemoteValueError
 from groups.wire import recv, send
 from properties.cases import Case
 from properties.runner import prepare, rank_kwargs
+from tests import suite
 from tests.forked_runs import popen
-from tests.suite import ROOT
+from tests.suite import ROOT, process_state
 
 TIMEOUT = 3.0  # the pool's hang timeout: what a healthy task takes is milliseconds
 GONE_WITHIN = 60.0  # closed or orphaned pool processes go within a second or two; this only bounds a regression
@@ -45,18 +46,20 @@ def gone(pids: list[int], within: float = GONE_WITHIN) -> bool:
     """True once none of ``pids`` is a live (non-zombie) process."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        alive = []
-        for pid in pids:
-            try:
-                with open(f"/proc/{pid}/stat") as fh:
-                    if fh.read().split(")")[-1].split()[0] != "Z":
-                        alive.append(pid)
-            except FileNotFoundError:
-                pass
-        if not alive:
+        if all((state := process_state(pid)) is None or state[0] == "Z" for pid in pids):
             return True
         time.sleep(0.1)
     return False
+
+
+def test_a_process_reaped_while_its_stat_is_read_counts_as_gone(monkeypatch):
+    """The race a loaded run lost: ``stat`` opened while the process lived, read after it was reaped."""
+    child = subprocess.Popen(["sleep", "60"])
+    stat = open(f"/proc/{child.pid}/stat")  # noqa: SIM115 - handed to process_state, which closes it
+    child.kill()
+    child.wait()
+    monkeypatch.setattr(suite, "open", lambda *_args, **_kwargs: stat, raising=False)
+    assert suite.process_state(child.pid) is None
 
 
 def test_tasks_reuse_the_same_processes(pool):

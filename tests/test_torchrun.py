@@ -5,6 +5,7 @@ on one host runs the same code under torch's own single-node launcher.)"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -13,10 +14,9 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from pathlib import Path
 
 from tests.forked_runs import popen
-from tests.suite import ROOT
+from tests.suite import ROOT, process_state
 
 TIMEOUT = 240  # seconds for the whole job; the collective timeout below bounds a lost node's wait
 
@@ -29,15 +29,8 @@ def _free_port() -> int:
 
 def _alive(group: int) -> list[int]:
     """Processes of process group ``group`` that have not ended (zombies waiting for a parent excepted)."""
-    alive = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == group and fields[0] != "Z":
-            alive.append(int(stat.parent.name))
-    return alive
+    states = {int(pid): process_state(int(pid)) for pid in os.listdir("/proc") if pid.isdigit()}
+    return [pid for pid, state in states.items() if state is not None and state[1] == group and state[0] != "Z"]
 
 
 def two_nodes(*args: str) -> list[tuple[int, str]]:
@@ -65,7 +58,8 @@ def two_nodes(*args: str) -> list[tuple[int, str]]:
         finally:
             for proc, out in nodes:
                 if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    with contextlib.suppress(ProcessLookupError):  # the group may end between the poll and the kill
+                        os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
                 out.close()
             assert [pid for proc, _ in nodes for pid in _alive(proc.pid)] == []  # nothing outlives the job
