@@ -87,7 +87,7 @@ class RankPool:
     def _fail_start(self, missing: list[int], waited: float) -> None:
         why = self._describe(missing, waited)
         self.close()
-        raise RankTimeout(f"{self.backend} pool of {self.world_size} did not start: {why}")
+        raise RankTimeout(f"{self.backend} pool of {self.world_size} did not start: {why}", waited, "start-up timeout")
 
     @property
     def pids(self) -> list[int]:
@@ -147,11 +147,14 @@ class RankPool:
         if len(per_rank_kwargs) != self.world_size:  # checked before sending anything, to keep the ranks in step
             raise ValueError(f"a task for {len(per_rank_kwargs)} ranks on a pool of {self.world_size}")
         if spec not in self._started:
-            self._task(spec, [None] * self.world_size, self.start_timeout, f"start-up of {spec} on the ")
+            start = f"start-up of {spec} on the "
+            self._task(spec, [None] * self.world_size, self.start_timeout, start, "start-up timeout")
             self._started.add(spec)
-        return self._task(spec, per_rank_kwargs, self.timeout, "")
+        return self._task(spec, per_rank_kwargs, self.timeout, "", "collective timeout")
 
-    def _task(self, spec: str, per_rank_kwargs: list, timeout: float, what: str) -> tuple[list[Any], list[Traffic]]:
+    def _task(
+        self, spec: str, per_rank_kwargs: list, timeout: float, what: str, limit_name: str
+    ) -> tuple[list[Any], list[Traffic]]:
         for conn, kwargs in zip(self._conns, per_rank_kwargs, strict=True):
             send(conn, (spec, kwargs))
         replies, missing = self._collect(timeout)
@@ -159,7 +162,7 @@ class RankPool:
         lost = any(rank in self._closed or self._procs[rank].exitcode is not None for rank in missing)
         if not in_step(replies, self.world_size):
             self.close(wait=0.0)  # broken or out of step, so ranks may be stuck: the next use starts a fresh pool
-        return outcome(replies, self.world_size, f"{what}{self.backend} group", absent, lost)
+        return outcome(replies, self.world_size, f"{what}{self.backend} group", absent, lost, timeout, limit_name)
 
     def close(self, wait: float = 2.0) -> None:
         """Stop every rank process (politely for up to ``wait`` seconds, then by force); remove the rendezvous files."""

@@ -38,7 +38,16 @@ class CollectiveError(RuntimeError):
 
 
 class RankTimeout(RuntimeError):
-    """A rank hung, or some rank never joined a collective its peers wait in; the message names the ranks."""
+    """A rank hung, or some rank never joined a collective its peers wait in; the message names the ranks.
+
+    ``limit`` is the timeout, in seconds, that ran out before the fault showed (``limit_name`` says which), or None
+    where it showed without a wait (a rank returned while its peers waited): a slow implementation is told apart
+    from a hung one only by a larger limit, so the report names it.
+    """
+
+    def __init__(self, message: str, limit: float | None = None, limit_name: str = "collective timeout") -> None:
+        super().__init__(message)
+        self.limit, self.limit_name = limit, limit_name
 
 
 def _baton() -> threading.Lock:
@@ -207,7 +216,8 @@ def run_simulated(
             if not world.back.acquire(timeout=timeout):
                 world.stop(f"rank {rank} hung", timeout)
                 raise RankTimeout(
-                    f"rank {rank} of {world_size} still running after {timeout}s, outside any collective (hung)"
+                    f"rank {rank} of {world_size} still running after {timeout}s, outside any collective (hung)",
+                    timeout,
                 )
             if rank in errors:
                 break

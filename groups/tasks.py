@@ -63,7 +63,13 @@ def in_step(replies: dict[int, tuple], world_size: int) -> bool:
 
 
 def outcome(
-    replies: dict[int, tuple], world_size: int, label: str, absent: str, lost: bool = False
+    replies: dict[int, tuple],
+    world_size: int,
+    label: str,
+    absent: str,
+    lost: bool = False,
+    limit: float | None = None,
+    limit_name: str = "collective timeout",
 ) -> tuple[list[Any], list[Traffic]]:
     """Outputs and traffic in rank order, or the exception that explains the failure.
 
@@ -73,7 +79,8 @@ def outcome(
     joined, because it hung, died or returned early, raises RankTimeout
     (``absent`` says why ranks gave no answer), whichever side of the timeout
     the waiting ranks' own errors arrived on: :class:`RankLost` when a silent
-    rank's process ended or closed its connection (``lost``), not a hang.
+    rank's process ended or closed its connection (``lost``), not a hang.  ``limit`` is the timeout the driver
+    waited out (``limit_name``), carried by the :class:`RankTimeout`.
     """
     errors = {r: rep for r, rep in replies.items() if rep[0] == "error"}
     causes = {r: rep for r, rep in errors.items() if not rep[5]}
@@ -96,5 +103,6 @@ def outcome(
             why.append(f"rank(s) {sorted(errors)} failed in a collective waiting for the others")
         if answered:
             why.append(f"rank(s) {answered} had answered")
-        raise (RankLost if lost else RankTimeout)(f"{label} of {world_size}: {'; '.join(why)}")
+        message = f"{label} of {world_size}: {'; '.join(why)}"
+        raise RankLost(message) if lost else RankTimeout(message, limit, limit_name)
     return [replies[r][1] for r in range(world_size)], [replies[r][2] for r in range(world_size)]

@@ -58,6 +58,7 @@ class TorchrunJob:
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         self.device = torch.device("cuda", torch.cuda.current_device()) if use_nccl else torch.device("cpu")
         torch.set_num_threads(1)  # N ranks share the node's cores
+        self.timeout = timeout
         dist.init_process_group(self.backend, timeout=datetime.timedelta(seconds=timeout))
         self.control = dist.new_group(backend="gloo") if use_nccl else None
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
@@ -124,7 +125,8 @@ class TorchrunJob:
         per_rank_kwargs = [_to(kwargs, cpu) for kwargs in per_rank_kwargs]
         self._broadcast((spec, per_rank_kwargs))
         replies = self._gather(self._execute(spec, per_rank_kwargs[0]))
-        return outcome(dict(enumerate(replies)), self.world_size, f"torchrun {self.backend} group", "")
+        group = f"torchrun {self.backend} group"
+        return outcome(dict(enumerate(replies)), self.world_size, group, "", limit=self.timeout)
 
     def serve(self) -> int:
         """On ranks > 0: run tasks until rank 0 says stop; how many it ran."""

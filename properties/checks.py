@@ -52,13 +52,22 @@ def run_valid(impl: Impl, inputs: Inputs, prop: str, tweak: Callable | None = No
 def ended(exc: RankTimeout | ImplementationExit, impl: Impl, inputs: Inputs, prop: str, on: str = "") -> None:
     """A run that never returned: the implementation tried to end the process, a rank's process ended, or a rank
     hung.  Each stops Hypothesis at once (:class:`ImplementationHung`): shrinking would cost a pool or a timeout
-    per try, and none of them depends on the case."""
+    per try, and none of them depends on the case.  A hang that waited out a limit names it, its value and the
+    option that raises it: a slow implementation looks hung until the limit is above its time."""
     what = "hang"
     if isinstance(exc, ImplementationExit):
         what = "tried to end the run"
     elif isinstance(exc, RankLost):
         what = "rank process ended"
-    fail(f"{what}{on}: {exc}", [], impl, inputs, prop, kind=ImplementationHung)
+    rule = f"{what}{on}: {exc}"
+    limit = None if isinstance(exc, ImplementationExit | RankLost) else exc.limit
+    if limit is not None:
+        raise_it = RAISES.get(exc.limit_name, "a fixed limit")
+        rule += f"; the {exc.limit_name} of {limit:g} s ran out ({raise_it})"
+    fail(rule, [], impl, inputs, prop, kind=ImplementationHung)
+
+
+RAISES = {"collective timeout": "--collective-timeout SECONDS raises it"}  # the start-up timeout has no option
 
 
 def run_checked(impl: Impl, inputs: Inputs, prop: str, tweak: Callable | None = None) -> torch.Tensor:
