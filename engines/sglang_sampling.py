@@ -417,5 +417,6 @@ for _fn in (sglang_candidate_topk, sglang_candidate_topk_seeded, sglang_candidat
     _fn.head = HEAD
     _fn.start = _start
     _fn.masks = ("top_k",)
+    _fn.draws_from_candidates = True  # each rank's top k, merged
     _fn.process_bound = False
 sglang_candidate_topk_seeded.noise = sglang_murmur_noise

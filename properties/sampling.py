@@ -7,7 +7,7 @@ oracle draws the implementation's declared noise (``fn.noise``) or the contract'
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from hypothesis import event
@@ -17,10 +17,18 @@ from groups.devices import rank_device
 from properties import coverage
 from properties.cases import Inputs
 from properties.checks import run_valid
-from properties.diagnose import draft_targets, fail, non_token_rule, repro_extra
+from properties.diagnose import (
+    ImplementationHung,
+    PropertyFailure,
+    draft_targets,
+    fail,
+    non_token_rule,
+    repro_extra,
+)
 from properties.runner import backend_tps, oracle_draft_logits, oracle_target_logits
 from properties.sample_plans import SamplePlan, plan_fields, sampling_params
-from properties.sampling_faults import Variant, name_fault, tie_rule, variant_sample
+from properties.sampling_experiments import name_fault
+from properties.sampling_faults import Observed, Subject, tie_rule
 from properties.top_k import bitwise_equal
 from reference.sampling import (
     Noise,
@@ -79,6 +87,12 @@ def masks_of(impl: Impl) -> frozenset[str]:
     if isinstance(masks, bool):
         return MASKS if masks else frozenset()
     return frozenset(masks) & MASKS
+
+
+def draws_from_candidates(impl: Impl) -> bool:
+    """Whether the sampler draws from each rank's top C candidates (``fn.draws_from_candidates``): only then can a
+    candidate-path fault (a missing fallback) explain its failures."""
+    return bool(getattr(impl.fn, "draws_from_candidates", False))
 
 
 def plan_for(impl: Impl, plan: SamplePlan) -> SamplePlan:
@@ -165,6 +179,34 @@ def oracle_sample(inputs: Inputs, params: SamplingParams, noise: Noise) -> Sampl
     return classic_sample(logits, params.to(logits.device), inputs.d2t, inputs.target_vocab, noise)
 
 
+def kept_masks(kept_ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    """bool ``[B, vocab]`` from kept ids ``[B, K]`` (``-1``: none; ids outside the vocabulary left out)."""
+    ids = kept_ids.cpu()
+    inside = (ids >= 0) & (ids < vocab)
+    masks = torch.zeros(ids.shape[0], vocab + 1, dtype=torch.bool)
+    return masks.scatter_(1, torch.where(inside, ids, vocab), True)[:, :vocab]
+
+
+def observed(inputs: Inputs, params: SamplingParams, drawn: Drawn) -> Observed:
+    """A run as the fault models judge it (CPU)."""
+    loose = _boundary(inputs, params.to("cpu"))
+    kept = None if drawn.kept is None else kept_masks(drawn.kept, loose.shape[1])
+    log_probs = None if drawn.log_probs is None else drawn.log_probs.cpu()
+    return Observed(drawn.tokens.cpu(), kept, log_probs, loose)
+
+
+def subject_of(impl: Impl, inputs: Inputs, prop: str) -> Subject:
+    """What the fault models know of ``impl``, and how they rerun it on ``inputs`` with other parameters."""
+
+    def rerun(params: SamplingParams) -> Observed | None:
+        try:
+            return observed(inputs, params, run_with(impl, inputs, params, prop))
+        except (PropertyFailure, ImplementationHung):  # a run that fails confirms nothing
+            return None
+
+    return Subject(noise_of(impl), masks_of(impl), draws_from_candidates(impl), rerun)
+
+
 def _divergent(inputs: Inputs, want: Sample, row: int, token: int) -> bool:
     """The named divergence of an all ``-inf`` row with d2t: the classic path takes target 0, a local path the
     smallest target a draft id maps to."""
@@ -203,41 +245,16 @@ def check_sample_exact(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
         rule = non_token_rule(inputs, got) or name_fault(
             inputs,
             params,
-            noise,
+            subject_of(impl, inputs, SAMPLE_EXACT),
+            observed(inputs, params, drawn),
             judged,
-            lambda toks, _kept, r: int(toks[r]) == int(tokens[r]),
-            _unmoved(impl, inputs, params, tokens, expected, SAMPLE_EXACT),
+            lambda prediction, r: int(prediction.tokens[r]) == int(tokens[r]),
         )
         rule = rule or tie_rule(inputs, params, noise, [row], tokens, want)  # as the fallbacks: the row shown
         if rule is None:
             rule = GREEDY_WRONG if bool(params.greedy[row]) else SAMPLE_WRONG
         lines = _row_lines(params.to("cpu"), row, int(expected[row]), got, want.kept.cpu())
         fail(rule, lines, impl, inputs, SAMPLE_EXACT)
-
-
-def _unmoved(
-    impl: Impl, inputs: Inputs, params: SamplingParams, tokens: torch.Tensor, expected: torch.Tensor, prop: str
-):
-    """Confirms a mask fault by its claim and by experiment.  A skipped mask's claim: the first wrong row's token
-    lies outside that mask (top-p: inside top-k).  The experiment, for every mask fault: rerun the sampler with
-    top-k 1 and no top-p on every row, where a mask applied to noised logits and a mask skipped part ways, and the
-    model must predict its tokens.  ``tokens`` are the sampler's, ``expected`` the classic sampler's (CPU)."""
-
-    def confirm(variant: Variant) -> bool:
-        if not (variant.skip or variant.noise_before_masks):
-            return True
-        if variant.skip:
-            wrong = (tokens != expected).nonzero().flatten()
-            row, token = int(wrong[0]), int(tokens[wrong[0]])
-            cpu = params.to("cpu")
-            by_k = top_k_mask(scaled(oracle_target_logits(inputs)[0], cpu), cpu.top_k)[row]
-            if not 0 <= token < by_k.numel() or bool(by_k[token]) != (variant.skip == "top_p"):
-                return False
-        probe = replace(params, top_k=torch.ones_like(params.top_k), top_p=torch.ones_like(params.top_p))
-        again = run_with(impl, inputs, probe, prop).tokens.cpu()
-        return torch.equal(again, variant_sample(inputs, probe, noise_of(impl), variant)[0])
-
-    return confirm
 
 
 def check_kept_set(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
@@ -273,10 +290,10 @@ def check_kept_set(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
         rule = name_fault(
             inputs,
             params,
-            noise_of(impl),
+            subject_of(impl, inputs, SAMPLE_KEPT),
+            observed(inputs, params, drawn),
             [r for r in range(inputs.case.batch) if r in masks],
-            lambda _toks, kept, r: not bool(((kept[r] != masks[r]) & ~loose[r]).any()),
-            _unmoved(impl, inputs, params, drawn.tokens.cpu(), want.tokens.cpu(), SAMPLE_KEPT),
+            lambda prediction, r: not bool(((prediction.kept[r] != masks[r]) & ~loose[r]).any()),
         )
         missing, extra = (classic[row] & ~got & differ).nonzero().flatten(), (got & ~classic[row] & differ).nonzero()
         lines = [
@@ -337,10 +354,10 @@ def _side_fault(impl: Impl, params: SamplingParams, sides: list[tuple[Inputs, Dr
             rule = non_token_rule(inputs, int(tokens[row])) or name_fault(
                 inputs,
                 params,
-                noise,
+                subject_of(impl, inputs, SAMPLE_INVARIANCE),
+                observed(inputs, params, drawn),
                 list(range(len(tokens))),
-                lambda toks, _kept, r, tokens=tokens: int(toks[r]) == int(tokens[r]),
-                _unmoved(impl, inputs, params, tokens, want, SAMPLE_INVARIANCE),
+                lambda prediction, r, tokens=tokens: int(prediction.tokens[r]) == int(tokens[r]),
             )
             return f"; {rule}" if rule else ""
     return ""

@@ -1,7 +1,10 @@
 """Models of the ways a sharded sampler goes wrong, each a variation of the classic sampler that names its rule.
 
-A failure is named by the first model whose tokens (or kept sets) equal the implementation's on every wrong row;
-a model is evidence, never a verdict: the verdict is the classic sampler's.  Like ``properties.faults`` for argmax.
+A model is evidence, never a verdict (the verdict is the classic sampler's), and it names a failure only when it is
+the fault: it must reproduce every row the property judges, wrong rows and right ones (a model that changes a row
+the sampler got right is refuted by it), and then survive experiments (:mod:`properties.sampling_experiments`)
+chosen to tell apart the models that fit one batch: the sampler runs again with the masks, the temperature or the
+seeds changed, and the model must predict what it does.  Like ``properties.faults`` for argmax.
 """
 
 from __future__ import annotations
@@ -19,8 +22,12 @@ from reference.sampling import (
     Noise,
     Sample,
     SamplingParams,
+    has_probabilities,
+    log_probs,
+    masses,
     scaled,
     top_k_mask,
+    top_p_margin,
     top_p_mask,
 )
 from reference.topk import top_k_ids
@@ -28,8 +35,17 @@ from reference.topk import top_k_ids
 NOISE_BY_COLUMN = "noise keyed by shard column, not by global id"
 NOISE_BY_DRAFT_ID = "noise keyed by draft id, not by target id (d2t)"
 TEMPERATURE_AFTER_NOISE = "temperature applied after the noise: (logit + noise) / T"
+TEMPERATURE_THRESHOLD = "temperature below a threshold taken as greedy: a sampled row drew the argmax"
+X_IN_HEAD_DTYPE = "logits / T computed in the head's dtype, then widened: x must be float32(logit) / T"
 NOISE_BEFORE_MASKS = "noise added before the masks: top-k and top-p chose on noised logits"
 TOP_K_TIES_DROPPED = "top-k dropped tokens tied at the k-th value"
+TOP_P_AT_OR_BELOW = "top-p kept a token whose mass above is exactly p of the kept mass: <= instead of <"
+TOP_P_SPLITS_TIES = "top-p cut a tie group at its boundary: tokens tied there must stay or go together"
+REPORTED_BEFORE_TOP_P = "kept set or processed log-probability taken after top-k, before top-p"
+PER_SHARD = {  # a log-probability normalised by the owner rank's log-sum-exp: the rules of the two kinds
+    kind: f"{kind} log-probability normalised per shard: the owner rank's log-sum-exp, not the row's"
+    for kind in ("raw", "processed")
+}
 # drawn from the candidates alone (each rank's top C) where they may miss a kept token; named by the row's masks
 TOP_P_OVER_CANDIDATES = "top-p normalised over the candidates only, not over every kept token"
 NO_FALLBACK_K_ABOVE_C = "top-k above the candidates C taken from the candidates: no fallback"
@@ -48,8 +64,13 @@ class Variant:
 
     key: str = "target"  # what the noise is keyed by: target, column (a rank's row index) or draft id
     temperature_after_noise: bool = False
+    greedy_below: float = 0.0  # rows with 0 < T < this are greedy; math.inf: to be fitted to the sampler's rows
+    x_in_dtype: bool = False  # x = logit / T in the head's dtype, widened afterwards
     noise_before_masks: bool = False
     exact_k: bool = False  # top-k keeps exactly k, by id on ties
+    top_p: str = "<"  # "<=": keeps a token whose mass above is p; "split ids up"/"split ids down": token by token
+    reported_before_top_p: bool = False  # draws right, but reports the kept set and log-prob of top-k's set
+    per_shard: str = ""  # "raw" or "processed": that log-probability normalised over the owner rank's tokens only
     candidates_only: str = ""  # masks and draw over each rank's top C tokens alone, on rows of this kind (ROW_KINDS)
     greedy_sampled: bool = False
     skip: str = ""  # "top_k" or "top_p": that mask is never applied
@@ -57,22 +78,63 @@ class Variant:
     nan_lost: bool = False  # a NaN never wins the draw or the argmax (a max that compares with ``>``)
 
 
+FITTED = math.inf
 MODELS: tuple[tuple[str, Variant], ...] = (
     (NAN_NOT_MAX, Variant(nan_lost=True)),  # changes NaN rows alone
     (GREEDY_SAMPLED, Variant(greedy_sampled=True)),
+    (TEMPERATURE_THRESHOLD, Variant(greedy_below=FITTED)),
+    (X_IN_HEAD_DTYPE, Variant(x_in_dtype=True)),
     (NOISE_BY_DRAFT_ID, Variant(key="draft")),
     (NOISE_BY_COLUMN, Variant(key="column")),
     (TEMPERATURE_AFTER_NOISE, Variant(temperature_after_noise=True)),
     (TOP_K_SKIPPED, Variant(skip="top_k")),  # a missing step before a misplaced one: the simpler explanation
     (TOP_P_SKIPPED, Variant(skip="top_p")),
+    (TOP_P_AT_OR_BELOW, Variant(top_p="<=")),
+    (TOP_P_SPLITS_TIES, Variant(top_p="split ids up")),  # the lower ids of the group stay
+    (TOP_P_SPLITS_TIES, Variant(top_p="split ids down")),  # the higher ids stay (an ascending sort from the tail)
     (NOISE_BEFORE_MASKS, Variant(noise_before_masks=True)),
     (TOP_K_TIES_DROPPED, Variant(exact_k=True)),
+    (REPORTED_BEFORE_TOP_P, Variant(reported_before_top_p=True)),
+    (PER_SHARD["raw"], Variant(per_shard="raw")),
+    (PER_SHARD["processed"], Variant(per_shard="processed")),
     (NO_FALLBACK_K_ABOVE_C, Variant(candidates_only="k_above_c")),
     (NO_FALLBACK_TIED_AT_C, Variant(candidates_only="k_within_c")),
     (TOP_P_OVER_CANDIDATES, Variant(candidates_only="top_p")),
     (NO_FALLBACK_NO_MASK, Variant(candidates_only="no_mask")),
     (TIE_BY_RANK, Variant(rank_order=True)),
 )
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A model's answer (CPU): tokens ``[B]``, kept masks ``[B, V_target]``, float64 log-probs ``[B, 2]`` at its
+    tokens."""
+
+    tokens: torch.Tensor
+    kept: torch.Tensor
+    log_probs: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one run of the sampler gave (CPU): tokens ``[B]``, kept masks ``[B, V_target]`` and log-probs ``[B, 2]``
+    where it reports them, and ``loose``, the tokens whose place against top-p rounding may decide."""
+
+    tokens: torch.Tensor
+    kept: torch.Tensor | None
+    log_probs: torch.Tensor | None
+    loose: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What the diagnosis knows of a sampler: its noise, the masks it takes, whether it draws from each rank's top C
+    candidates (``fn.draws_from_candidates``), and how to run it again (None: that run failed)."""
+
+    noise: Noise
+    masks: frozenset[str]
+    candidates: bool
+    rerun: Callable[[SamplingParams], Observed | None]
 
 
 def row_kinds(params: SamplingParams, vocab: int) -> dict[str, torch.Tensor]:
@@ -113,15 +175,19 @@ def candidate_set(inputs: Inputs, x: torch.Tensor, c: int) -> torch.Tensor:
     return found
 
 
-def variant_sample(
-    inputs: Inputs, params: SamplingParams, noise: Noise, variant: Variant
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokens ``[B]`` and kept masks ``[B, V_target]`` of the classic sampler departed from by ``variant`` (CPU)."""
+def variant_sample(inputs: Inputs, params: SamplingParams, noise: Noise, variant: Variant) -> Prediction:
+    """The classic sampler departed from by ``variant`` (CPU)."""
     params = params.to("cpu")
     full, mapped = oracle_target_logits(inputs)
     if variant.greedy_sampled:
         params = replace(params, temperature=torch.where(params.greedy, 1.0, params.temperature))
+    if variant.greedy_below:
+        below = params.temperature < variant.greedy_below
+        params = replace(params, temperature=params.temperature.masked_fill(below, 0.0))
     x = scaled(full, params)
+    if variant.x_in_dtype:
+        t = torch.where(params.greedy, 1.0, params.temperature).unsqueeze(1)
+        x = (full / t.to(full.dtype)).float()
     g = noise(params.seed, noise_keys(inputs, variant.key)).cpu()
     chosen_on = x + g if variant.noise_before_masks else x
     pool = mapped.expand_as(x)
@@ -131,8 +197,8 @@ def variant_sample(
     within = chosen_on.masked_fill(~pool, -math.inf)
     top_k = torch.zeros_like(params.top_k) if variant.skip == "top_k" else params.top_k
     top_p = torch.ones_like(params.top_p) if variant.skip == "top_p" else params.top_p
-    kept = _exact_k(within, top_k) if variant.exact_k else top_k_mask(within, top_k)
-    kept = top_p_mask(within, kept & pool, top_p)
+    by_k = (_exact_k(within, top_k) if variant.exact_k else top_k_mask(within, top_k)) & pool
+    kept = _top_p(within, by_k, top_p, variant.top_p)
     if variant.temperature_after_noise:
         t = torch.where(params.greedy, 1.0, params.temperature).unsqueeze(1)
         score = (full.float() + g) / t
@@ -142,9 +208,54 @@ def variant_sample(
     if variant.nan_lost:  # below every number, -inf included, so it wins only a row of NaN
         full, score = (t.masked_fill(t.isnan(), -math.inf) for t in (full, score))
     first = lambda t: order[t[:, order].argmax(dim=1)]  # noqa: E731 - the first maximum in that order
-    tokens = torch.where(params.greedy, first(full), first(score.masked_fill(~kept, -math.inf)))
+    greedy = params.greedy
+    tokens = torch.where(greedy, first(full), first(score.masked_fill(~kept, -math.inf)))
     one = torch.arange(x.shape[1]).unsqueeze(0) == tokens.unsqueeze(1)  # a greedy row keeps its token alone
-    return tokens, torch.where(params.greedy.unsqueeze(1), one, kept)
+    shown = torch.where(greedy.unsqueeze(1), one, by_k if variant.reported_before_top_p else kept)
+    lp = log_probs(full, x, shown, tokens, greedy)
+    if variant.per_shard:  # a greedy row's processed log-probability is its raw one
+        which = 0 if variant.per_shard == "raw" else 1
+        values = full.double() if which == 0 else x.double().masked_fill(~shown, -math.inf)
+        at = _per_shard(inputs, values).gather(1, tokens.unsqueeze(1)).squeeze(1)
+        lp[:, which] = torch.where(greedy, lp[:, which], at) if which else at
+        lp[:, 1] = torch.where(greedy, lp[:, 0], lp[:, 1])
+    return Prediction(tokens, shown, lp)
+
+
+def _per_shard(inputs: Inputs, values: torch.Tensor) -> torch.Tensor:
+    """float64 ``[B, V_target]``: each token's ``log_softmax`` over its own rank's tokens only."""
+    targets = draft_targets(inputs).cpu()
+    out = torch.full_like(values, math.nan)
+    for lay in inputs.layouts:
+        mine = targets[lay.token_ids()]
+        if mine.numel():
+            out[:, mine] = torch.log_softmax(values[:, mine], dim=1)
+    return out
+
+
+def _top_p(x: torch.Tensor, kept: torch.Tensor, top_p: torch.Tensor, how: str) -> torch.Tensor:
+    """The top-p mask as the contract has it (``"<"``), or as a faulty sampler applies it."""
+    if how == "<":
+        return top_p_mask(x, kept, top_p)
+    on = (top_p < 1) & has_probabilities(x, kept)
+    margin, total = top_p_margin(x, kept, top_p)
+    if how == "<=":
+        return kept & ((margin <= 0) | ~on.unsqueeze(1))
+    e = masses(x, kept)  # token by token, largest first, ties by id up or down: the mass before each in that order
+    ids = torch.arange(x.shape[1], dtype=torch.float64)
+    ties = (-ids if how == "split ids up" else ids).expand_as(e)
+    walk = torch.stack([x.double().masked_fill(~kept, -math.inf), ties])
+    order = _lexsort_descending(walk)
+    sorted_e = e.gather(1, order)
+    before = torch.empty_like(e).scatter_(1, order, sorted_e.cumsum(dim=1) - sorted_e)
+    return kept & ((before < top_p.double().unsqueeze(1) * total) | ~on.unsqueeze(1))
+
+
+def _lexsort_descending(keys: torch.Tensor) -> torch.Tensor:
+    """Indices ``[B, V]`` ordering by ``keys[0]`` descending, then ``keys[1]`` descending (NaN first)."""
+    order = keys[1].expand(keys.shape[1:]).sort(dim=1, descending=True, stable=True).indices
+    first = keys[0].nan_to_num(nan=math.inf).gather(1, order)
+    return order.gather(1, first.sort(dim=1, descending=True, stable=True).indices)
 
 
 def _rank_order(inputs: Inputs, vocab: int) -> torch.Tensor:
@@ -171,24 +282,59 @@ def _exact_k(x: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
     return kept
 
 
-def name_fault(
-    inputs: Inputs,
-    params: SamplingParams,
-    noise: Noise,
-    rows: list[int],
-    agrees: Callable[[torch.Tensor, torch.Tensor, int], bool],
-    confirm: Callable[[Variant], bool] = lambda _variant: True,
-) -> str | None:
-    """The first model that ``agrees`` with the implementation on every row of ``rows`` (given the model's tokens
-    and kept masks), or None.  Callers pass every row they can judge, right ones too: a model that changes a row the
-    implementation got right is refuted by it; ``confirm`` may refute a model by experiment."""
+def fitted(
+    variant: Variant, inputs: Inputs, params: SamplingParams, noise: Noise, seen: Observed, classic: Prediction
+) -> Variant | None:
+    """``variant`` with its free parameter read off the sampler's run, or None where the run gives it none.
+
+    The greedy threshold: the smallest float32 above every sampled row that drew like a greedy one (the argmax,
+    and its kept set that token alone) where the classic sampler does not; the rows below it must then all agree.
+    """
+    if variant.greedy_below != FITTED:
+        return variant
+    params = params.to("cpu")
+    argmax = variant_sample(inputs, replace(params, temperature=torch.zeros_like(params.temperature)), noise, Variant())
+    like_greedy = seen.tokens == argmax.tokens
+    differs = seen.tokens != classic.tokens
+    if seen.kept is not None:
+        like_greedy &= (seen.kept == argmax.kept).all(dim=1)
+        differs |= (seen.kept != classic.kept).any(dim=1)
+    rows = like_greedy & differs & ~params.greedy
+    if not bool(rows.any()):
+        return None
+    highest = params.temperature[rows].max().reshape(1)
+    return replace(variant, greedy_below=float(torch.nextafter(highest, torch.tensor([math.inf]))))
+
+
+def _claim(variant: Variant, inputs: Inputs, params: SamplingParams, seen: Observed, classic: Prediction, rows) -> bool:
+    """A skipped mask's claim: the first judged row whose token is not the classic one's holds a token outside that
+    mask (top-p: inside top-k).  A run with no wrong token claims nothing."""
+    if not variant.skip:
+        return True
+    wrong = [r for r in rows if int(seen.tokens[r]) != int(classic.tokens[r])]
+    if not wrong:
+        return True
+    row, token = wrong[0], int(seen.tokens[wrong[0]])
+    cpu = params.to("cpu")
+    by_k = top_k_mask(scaled(oracle_target_logits(inputs)[0], cpu), cpu.top_k)[row]
+    return 0 <= token < by_k.numel() and bool(by_k[token]) == (variant.skip == "top_p")
+
+
+def candidates(inputs: Inputs, params: SamplingParams, subject: Subject, seen: Observed, rows: list[int], agrees):
+    """Every model (fitted to the run) that reproduces ``rows`` of the sampler's run ``seen``, by ``agrees(prediction,
+    row)``, and its claim: ``(rule, variant)`` in the order of :data:`MODELS`."""
+    found = []
+    classic = variant_sample(inputs, params, subject.noise, Variant())
     for rule, variant in MODELS:
-        if variant.key == "draft" and inputs.d2t is None:
+        if (variant.key == "draft" and inputs.d2t is None) or (variant.candidates_only and not subject.candidates):
             continue
-        tokens, kept = variant_sample(inputs, params, noise, variant)
-        if all(agrees(tokens, kept, row) for row in rows) and confirm(variant):
-            return rule
-    return None
+        variant = fitted(variant, inputs, params, subject.noise, seen, classic)
+        if variant is None:
+            continue
+        prediction = variant_sample(inputs, params, subject.noise, variant)
+        if all(agrees(prediction, r) for r in rows) and _claim(variant, inputs, params, seen, classic, rows):
+            found.append((rule, variant))
+    return found
 
 
 def tie_rule(

@@ -10,10 +10,12 @@ from hypothesis import event
 from hypothesis.control import currently_in_test_context
 
 from properties.cases import Inputs
-from properties.diagnose import draft_targets, fail, repro_extra
+from properties.diagnose import fail, repro_extra
 from properties.runner import oracle_target_logits
 from properties.sample_plans import SamplePlan, plan_fields
-from properties.sampling import noise_of, oracle_sample, run_sampler
+from properties.sampling import noise_of, observed, oracle_sample, run_sampler, subject_of
+from properties.sampling_experiments import name_fault
+from properties.sampling_faults import PER_SHARD
 from reference.sampling import log_probs, scaled
 from sharded.impls import Impl
 
@@ -41,17 +43,6 @@ def _magnitudes(full: torch.Tensor, x: torch.Tensor, exact: torch.Tensor) -> tor
     return torch.maximum(exact.abs().nan_to_num(0.0, 0.0, 0.0), torch.stack(largest, dim=1))
 
 
-def _per_shard(inputs: Inputs, values: torch.Tensor, row: int) -> torch.Tensor:
-    """float64 ``[V_target]``: each token's ``log_softmax`` over its own rank's tokens only (the per-shard fault)."""
-    targets = draft_targets(inputs).cpu()
-    out = torch.full_like(values[row], math.nan)
-    for lay in inputs.layouts:
-        mine = targets[lay.token_ids()]
-        if mine.numel():
-            out[mine] = torch.log_softmax(values[row, mine], dim=0)
-    return out
-
-
 def check_log_probs(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
     """The chosen token's raw and processed log-probabilities within :data:`LOG_PROB_ULPS` float32 ulps of the
     larger of the exact value and the row's largest finite logit (or ``x``) of ``log_softmax`` in float64."""
@@ -74,14 +65,20 @@ def check_log_probs(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
         if bad.numel():
             row, which = (int(v) for v in bad[0])
             kind = ("raw", "processed")[which]
-            shard = _per_shard(inputs, (full.double(), x.double().masked_fill(~want.kept.cpu(), -math.inf))[which], row)
-            at = shard[int(tokens[row])].reshape(1)
-            gap = ulps_apart(got[row, which].reshape(1), at, at.abs())
-            per_shard = not bool(at.isnan()) and float(gap[0]) <= LOG_PROB_ULPS
+            size = _magnitudes(full, x, exact)
+
+            def agrees(prediction, r: int) -> bool:  # its tokens, and both log-probabilities within the ulps
+                near = ulps_apart(got[r], prediction.log_probs[r], size[r]) <= LOG_PROB_ULPS
+                return int(prediction.tokens[r]) == int(tokens[r]) and bool(near.all())
+
+            subject, seen = subject_of(impl, inputs, SAMPLE_LOG_PROBS), observed(inputs, params, drawn)
+            model = name_fault(inputs, params, subject, seen, list(range(inputs.case.batch)), agrees)
+            if model is None:
+                rule = f"{kind} log-probability more than {LOG_PROB_ULPS} float32 ulps from log_softmax in float64"
+            else:
+                rule = model if model in PER_SHARD.values() else f"{kind} log-probability: {model}"
             fail(
-                f"{kind} log-probability normalised per shard: the owner rank's log-sum-exp, not the row's"
-                if per_shard
-                else f"{kind} log-probability more than {LOG_PROB_ULPS} float32 ulps from log_softmax in float64",
+                rule,
                 [
                     f"row {row}: expected {float(exact[row, which])!r}, got {float(got[row, which])!r} "
                     f"({float(apart[row, which]):.3g} ulps)"

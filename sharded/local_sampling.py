@@ -208,6 +208,7 @@ def candidates(
 
 
 candidates.masks = True
+candidates.draws_from_candidates = True
 
 
 def merge(cand: torch.Tensor, w: torch.Tensor, sampling: SamplingParams, vocab: int):

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from reference.sampling import SamplingParams, gumbel_noise, top_k_mask, top_p_mask
+from reference.sampling import SamplingParams, gumbel_noise, top_k_mask, top_p_margin, top_p_mask
 from reference.topk import top_k_ids
 from sharded.keys import encode_keys
 from sharded.layout import ShardLayout
@@ -41,6 +41,10 @@ def _sample(
     rank_order: bool = False,
     nan_loses: bool = False,
     largest_first: bool = False,
+    greedy_below: float = 0.0,
+    x_in_dtype: bool = False,
+    top_p_rule: str = "<",
+    report_before_top_p: bool = False,
 ):
     """Gather each rank's token rows (or its top ``per_rank``), then mask, add noise and take the first maximum."""
     logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
@@ -49,9 +53,11 @@ def _sample(
     temperature = sampling.temperature
     if greedy_sampled:
         temperature = torch.where(temperature == 0, 1.0, temperature)
+    if greedy_below:  # an engine's greedy threshold: tiny temperatures taken as 0
+        temperature = torch.where(temperature < greedy_below, 0.0, temperature)
     greedy = temperature == 0
     t = torch.where(greedy, 1.0, temperature).unsqueeze(1)
-    x = values.float() / t
+    x = (values / t.to(values.dtype)).float() if x_in_dtype else values.float() / t
     keyed = {"target": targets, "draft": ids, "column": layout.token_rows()}[key]
     g = gumbel_noise(sampling.seed, keyed)
     owner_lse = torch.logsumexp(values.double(), dim=1)
@@ -89,7 +95,7 @@ def _sample(
     for row in range(batch):
         v, n, r, ids_row = xs[row][valid[row]], gs[row][valid[row]].float(), raws[row][valid[row]], tid[row][valid[row]]
         chosen_on = v + n if noise_first else v
-        kept = torch.ones_like(v, dtype=torch.bool)
+        kept = by_k = torch.ones_like(v, dtype=torch.bool)
         if not bool(greedy[row]):
             k, p = sampling.top_k[row : row + 1], sampling.top_p[row : row + 1]
             p = torch.ones_like(p) if ignore_top_p else p
@@ -97,7 +103,8 @@ def _sample(
             if exact_k and 0 < int(k) < v.numel():  # the first k by value, ties by position: the rest dropped
                 kept = torch.zeros_like(kept)
                 kept[top_k_ids(chosen_on[None], int(k))[0]] = True
-            kept = top_p_mask(chosen_on[None], kept[None], p)[0]
+            by_k = kept
+            kept = _nucleus(chosen_on, kept, p, top_p_rule)
         if bool(greedy[row]):
             score = v
         elif temperature_after:
@@ -108,15 +115,35 @@ def _sample(
             score = score.masked_fill(score.isnan(), -math.inf)
         best = int(score.masked_fill(~kept, -math.inf).argmax())
         tokens[row] = ids_row[best]
-        raw_lp = torch.log_softmax(r, dim=0)[best]
+        raw_lp = r[best] - torch.logsumexp(lse[:, row], dim=0)  # every rank's tokens, the unsent candidates too
         if shard_log_prob:  # normalised by the owner rank's own log-sum-exp
             owner = int((every[:, 3, row] == float(ids_row[best])).any(dim=1).nonzero()[0])
             raw_lp = r[best] - lse[owner, row]
-        processed = torch.log_softmax(v.double().masked_fill(~kept, -math.inf), dim=0)[best]
+        reported = by_k if report_before_top_p else kept  # top-k's set, not the nucleus
+        processed = torch.log_softmax(v.double().masked_fill(~reported, -math.inf), dim=0)[best]
         log_probs[row] = torch.stack([raw_lp, raw_lp if bool(greedy[row]) else processed])
-        mine = ids_row[best : best + 1] if bool(greedy[row]) else ids_row[kept]
+        mine = ids_row[best : best + 1] if bool(greedy[row]) else ids_row[reported]
         kept_ids[row, : mine.numel()] = mine
     return tokens, log_probs.float(), kept_ids, ()
+
+
+def _nucleus(v: torch.Tensor, kept: torch.Tensor, p: torch.Tensor, rule: str) -> torch.Tensor:
+    """Top-p over ``kept`` (``v`` ordered by target id): ``"<"`` the contract's; ``"<="`` keeps a token whose mass
+    above is exactly ``p`` of the kept mass; ``"split"`` walks the tokens one by one, largest first and equal values
+    in id order, keeping each while the mass before it is below ``p``, so a tie group can be cut in two."""
+    if rule == "<":
+        return top_p_mask(v[None], kept[None], p)[0]
+    margin, total = top_p_margin(v[None], kept[None], p)
+    if float(p) >= 1 or not bool(torch.isfinite(total).all()) or bool((v.isnan() | (v == math.inf))[kept].any()):
+        return kept
+    if rule == "<=":
+        return kept & (margin[0] <= 0)
+    e = (v.double() - v.double()[kept].max()).exp().masked_fill(~kept, 0.0)
+    order = v.masked_fill(~kept, -math.inf).sort(descending=True, stable=True).indices
+    before = e[order].cumsum(0) - e[order]
+    keep = torch.zeros_like(kept)
+    keep[order] = before < float(p) * float(total)
+    return kept & keep
 
 
 def _broken(name: str, doc: str, **fault):
@@ -140,6 +167,16 @@ top_p_ignored = _broken("top_p_ignored", "Never applies top-p.", ignore_top_p=Tr
 ties_by_rank = _broken("ties_by_rank", "Takes the first maximum in rank order, not by id.", rank_order=True)
 ties_to_largest_id = _broken("ties_to_largest_id", "Takes the last maximum by id.", largest_first=True)
 nan_never_wins = _broken("nan_never_wins", "Its maximum compares with >: a NaN never wins.", nan_loses=True)
+greedy_below_1e_5 = _broken("greedy_below_1e_5", "Takes temperatures below 1e-5 as greedy.", greedy_below=1e-5)
+greedy_below_1e_2 = _broken("greedy_below_1e_2", "Takes temperatures below 1e-2 as greedy.", greedy_below=1e-2)
+x_in_head_dtype = _broken("x_in_head_dtype", "Divides by T in the head's dtype, then widens.", x_in_dtype=True)
+top_p_at_or_below = _broken("top_p_at_or_below", "Top-p keeps while the mass above is <= p.", top_p_rule="<=")
+top_p_splits_ties = _broken("top_p_splits_ties", "Top-p token by token: a tie group is cut.", top_p_rule="split")
+kept_before_top_p = _broken(
+    "kept_before_top_p",
+    "Reports the kept set and the processed log-probability after top-k, before top-p; draws right.",
+    report_before_top_p=True,
+)
 log_prob_per_shard = _broken(
     "log_prob_per_shard", "The raw log-probability normalised by the owner rank's log-sum-exp.", shard_log_prob=True
 )
@@ -166,6 +203,7 @@ def _candidates_where(name: str, doc: str, which):
 
     impl.__name__ = impl.__qualname__ = name
     impl.__doc__ = doc
+    impl.draws_from_candidates = True
     return impl
 
 
@@ -173,6 +211,11 @@ no_fallback_k_above_c = _candidates_where(
     "no_fallback_k_above_c",
     "Takes top-k from each rank's top C candidates even when k > C.",
     lambda s, vocab: (s.top_k > s.candidates) & (s.top_k < vocab),
+)
+no_fallback_tied_at_c = _candidates_where(
+    "no_fallback_tied_at_c",
+    "Takes top-k from each rank's top C candidates, even where a rank's C-th candidate ties the k-th value.",
+    lambda s, vocab: (s.top_k > 0) & (s.top_k <= s.candidates) & (s.top_k < vocab),
 )
 top_p_over_candidates = _candidates_where(
     "top_p_over_candidates",

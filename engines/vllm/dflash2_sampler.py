@@ -309,6 +309,7 @@ def vllm_dflash2_sampler_corrected(
 for _fn in (vllm_dflash2_sampler, vllm_dflash2_sampler_corrected):
     _fn.noise = vllm_noise(drafting=True)
     _fn.masks = ("top_k",)
+    _fn.draws_from_candidates = True  # get_top_k_tokens' merged top k
     _fn.head = HEAD
     _fn.process_bound = True
     _fn.start = _start
