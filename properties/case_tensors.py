@@ -8,13 +8,19 @@ Planted structure, and why it is exact:
   ids get weight 256 there, so on boosted rows they beat every other logit.
 * Feature 1 is the "-inf row" switch: every weight row has -1 there, so a
   hidden value of +inf makes the whole row ``-inf``.
-* Special values go through the bias, planted after the cast to the dtype.
+* Special values go through the bias, planted after the cast to the dtype.  In a ``spread`` case (the sampling
+  properties' cases) the NaN, infinity and huge plans go instead through the last two features, which only a
+  minority of rows switch on (:data:`SWITCH`): a planted id's weight there is the dtype's largest value (NaN: that
+  and its negative, whose products overflow to ``+inf`` and ``-inf``), every other id's is 0.  The other rows keep
+  finite logits, and few rows are boosted, so top-k and top-p have tokens to remove.  float16 sums its products in
+  float32, where none overflows: there a NaN plan makes its rows NaN through the hidden state.
 * The padding plan is a trap in every row that is not a token: both padding
   blocks and the ids at or above the logits vocabulary.
 """
 
 from __future__ import annotations
 
+import math
 import random
 
 import torch
@@ -23,6 +29,10 @@ from properties.cases import DTYPES, Case, Inputs, layouts_of
 from sharded.layout import ShardLayout
 
 BOOST = 256.0
+BOOSTED = {False: 0.75, True: 0.25}  # the share of boosted rows, by ``spread``
+SPECIAL_ROWS = 0.25  # a spread case's share of rows that switch its specials on
+SWITCH = 4.0  # the switches' hidden value: 4 times the dtype's largest weight overflows
+ROW_PLANS = ("nan_one_rank", "nan_ranks", "pos_inf", "neg_inf", "huge", "inf_at_ties")  # through the switches
 CPU = "cpu"  # cases are built here, whatever the device they run on: the same seed gives the same bits anywhere
 LOW = -1024.0
 
@@ -82,7 +92,7 @@ def build(case: Case) -> Inputs:
         hidden = torch.randn(batch, hsize, generator=g, device=CPU)
         weight = torch.randn(rows + 1, hsize, generator=g, device=CPU)
         bias = torch.randn(rows + 1, generator=g, device=CPU) if case.bias else None
-    hidden[:, 0] = torch.where(torch.rand(batch, generator=g, device=CPU) < 0.75, 2.0, 0.0)
+    hidden[:, 0] = torch.where(torch.rand(batch, generator=g, device=CPU) < BOOSTED[case.spread], 2.0, 0.0)
     hidden[:, 1] = 0.0
     weight[:, 0] = 0.0
     weight[:, 1] = -1.0
@@ -154,6 +164,7 @@ def _plant_specials(case, rng, real, vocab, batch, hidden, weight, bias, applied
             weight[i] = 0.0
             bias[i] = value
         applied.extend(p for p in ("all_negative", "signed_zero", "subnormal") if p in case.specials)
+    plant = _switched(case, rng, batch, hidden, weight) if case.spread else _biased(bias)
     nan = float("nan")
     huge = torch.finfo(weight.dtype).max
     for plan in case.specials:
@@ -167,20 +178,61 @@ def _plant_specials(case, rng, real, vocab, batch, hidden, weight, bias, applied
         elif plan == "inf_at_ties" and tied:  # the tied ids, added and base alike, tie again at +inf
             ids = sorted(set(tied))
         elif plan == "neg_inf_rows":
-            rows = sorted(rng.sample(range(batch), rng.randint(1, batch)))
+            few = max(1, batch // 4) if case.spread else batch
+            rows = sorted(rng.sample(range(batch), rng.randint(1, few)))
             hidden[rows, 1] = float("inf")
             applied.append(plan)
             continue
         else:
             continue
+        if plant is None:  # a spread case none of whose rows switched its specials on
+            continue
         for i in ids:
             if plan.startswith("nan"):
-                bias[i] = rng.choice((nan, -nan))
+                plant(i, rng.choice((nan, -nan)))
             elif plan == "huge":
-                bias[i] = rng.choice((1, -1)) * huge * rng.uniform(0.5, 1.0)
+                plant(i, rng.choice((1, -1)) * huge * rng.uniform(0.5, 1.0))
             else:
-                bias[i] = float("-inf") if plan == "neg_inf" else float("inf")
+                plant(i, float("-inf") if plan == "neg_inf" else float("inf"))
         applied.append(plan)
+
+
+def _biased(bias):
+    """Plant a value at an id through the bias: on every row."""
+
+    def plant(i: int, value: float) -> None:
+        bias[i] = value
+
+    return plant
+
+
+def _switched(case, rng, batch, hidden, weight):
+    """Plant values at ids on a minority of rows only, through the last two features (module docstring); None
+    where no row switches on."""
+    if not set(case.specials) & set(ROW_PLANS):
+        return None
+    rows = [r for r in range(batch) if rng.random() < SPECIAL_ROWS]
+    if not rows and batch > 1:
+        rows = [rng.randrange(batch)]
+    if not rows:
+        return None
+    weight[:, -2:] = 0.0
+    hidden[:, -2:] = 0.0
+    hidden[rows, -2:] = SWITCH
+    big = torch.finfo(weight.dtype).max
+    accumulates_wider = weight.dtype == torch.float16  # no product overflows: a NaN plan makes NaN rows instead
+
+    def plant(i: int, value: float) -> None:
+        if math.isnan(value):
+            if accumulates_wider:
+                hidden[rows, -1] = value
+            weight[i, -2:] = torch.tensor([big, -big], dtype=weight.dtype)
+        elif math.isinf(value):
+            weight[i, -2 if value > 0 else -1] = big if value > 0 else -big
+        else:
+            weight[i, -2] = value / SWITCH
+
+    return plant
 
 
 def _plant_traps(case, anchor, vocab, layouts, weight, bias, applied) -> None:

@@ -70,6 +70,7 @@ class Case:
     padding: str = "zero"
     d2t: str = "none"
     target_extra: int = 0
+    spread: bool = False  # a sampling case: few boosted rows, specials on a minority of rows (case_tensors.build)
 
     def __repr__(self) -> str:
         parts = [
@@ -95,6 +96,11 @@ class Case:
                 raise ValueError(f"Case field {f.name!r} must be {what}, got {shown(getattr(self, f.name))}")
         if self.specials and not self.bias:
             raise ValueError("Case field 'bias' must be True: special-value plans are planted through the bias")
+        if self.spread and self.hidden < SPREAD_HIDDEN:
+            raise ValueError(
+                f"Case field 'hidden' must be at least {SPREAD_HIDDEN} with spread=True: its last two features "
+                "switch the special rows"
+            )
         check_vocab(self.vocab, self.added, self.padding_size, self.logits_vocabulary, self.tp)
         if (self.vocab + self.added + 1) * self.hidden > MAX_ELEMENTS or self.batch * self.hidden > MAX_ELEMENTS:
             raise ValueError(
@@ -116,6 +122,7 @@ INT_BOUNDS = {
     "seed": (0, 2**64 - 1),
     "target_extra": (0, 2**23),
 }
+SPREAD_HIDDEN = 5  # features 0-2 are the boost, -inf and near-tie features; the special rows' switches follow
 MAX_ELEMENTS = 2**26  # in the head and in the hidden states: 256 MiB in float32
 CHOICES = {"dtype": tuple(DTYPES), "weights": ("int", "normal"), "padding": PADDING_PLANS, "d2t": D2T_PLANS}
 PLANS = {"ties": TIE_PLANS, "specials": SPECIAL_PLANS}
@@ -130,7 +137,7 @@ def _field_rule(name: str, value: object) -> str | None:
     if name in ("scale", "soft_cap") and not (name == "soft_cap" and value is None):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
         return None if ok else "a finite number > 0" + (" or None" if name == "soft_cap" else "")
-    if name == "bias":
+    if name in ("bias", "spread"):
         return None if isinstance(value, bool) else "True or False"
     if name in CHOICES:
         return None if isinstance(value, str) and value in CHOICES[name] else f"one of {CHOICES[name]}"

@@ -16,6 +16,7 @@ pairs that no case can hold, each with its reason.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import Counter
 from collections.abc import Iterable
@@ -28,9 +29,20 @@ from hypothesis.control import currently_in_test_context
 
 from properties.cases import D2T_PLANS, DTYPES, PADDING_PLANS, SPECIAL_PLANS, TIE_PLANS, Inputs
 from reference.logits import head_logits
+from reference.sampling import kept_mask, top_k_mask
 from reference.topk import order_keys
 
-SAMPLING_KINDS = ("greedy", "temperature only", "top-k", "top-p", "tie at the k-th value")
+SAMPLING_KINDS = (
+    "greedy",
+    "temperature only",
+    "top-k",
+    "top-p",
+    "tie at the k-th value",
+    "top-k removed a finite token",
+    "top-p removed a finite token",
+    "kept set is one token",
+    "top-p's boundary token tied",
+)
 COVERAGE_ENV = "TPARGMAX_COVERAGE"
 EVENTS_ENV = "TPARGMAX_FEATURE_EVENTS"  # "off": no feature events even with statistics shown (tpargmax throughput)
 listening = False  # set by conftest: statistics shown, or examples recorded for tpargmax coverage
@@ -133,19 +145,34 @@ def sampling_features(params, vocab: int, x: torch.Tensor) -> list[str]:
     """The kinds of sampled row in a batch; ``x`` are the classic sampler's ``logits / T`` by target id, ``vocab``
     the logits vocabulary (a top-k of at least it keeps every token)."""
     greedy, k, p = params.greedy.cpu(), params.top_k.cpu(), params.top_p.cpu()
-    k_on = (k > 0) & (k < vocab) & ~greedy
+    x = x.cpu()
+    sampled = ~greedy
+    k_on = (k > 0) & (k < vocab) & sampled
     found = {"greedy"} if bool(greedy.any()) else set()
-    if bool((~greedy & ~k_on & (p >= 1)).any()):
+    if bool((sampled & ~k_on & (p >= 1)).any()):
         found.add("temperature only")
     if bool(k_on.any()):
         found.add("top-k")
-        ranked = order_keys(x[k_on].cpu()).sort(dim=1, descending=True).values
+        ranked = order_keys(x[k_on]).sort(dim=1, descending=True).values
         at = k[k_on].unsqueeze(1)
         beyond = ranked.gather(1, at.clamp(max=x.shape[1] - 1))
         if bool((ranked.gather(1, at - 1) == beyond).any()):
             found.add("tie at the k-th value")
-    if bool(((p < 1) & ~greedy).any()):
+    if bool(((p < 1) & sampled).any()):
         found.add("top-p")
+    finite = torch.isfinite(x)
+    by_k = top_k_mask(x, k)
+    kept = kept_mask(x, params.to("cpu"))
+    if bool((sampled & (finite & ~by_k).any(dim=1)).any()):
+        found.add("top-k removed a finite token")
+    cut = sampled & (finite & by_k & ~kept).any(dim=1)
+    if bool(cut.any()):
+        found.add("top-p removed a finite token")
+        last = x.masked_fill(~kept, math.inf).amin(dim=1, keepdim=True)  # the smallest kept x: top-p's boundary
+        if bool((cut & ((x == last) & kept).sum(dim=1).ge(2)).any()):
+            found.add("top-p's boundary token tied")
+    if bool((sampled & ((kept & (x != -math.inf)).sum(dim=1) == 1)).any()):  # one token can be drawn
+        found.add("kept set is one token")
     return [f"sampling: {kind}" for kind in sorted(found)]
 
 

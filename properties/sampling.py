@@ -37,6 +37,7 @@ from reference.sampling import (
     classic_sample,
     gumbel_noise,
     has_probabilities,
+    masses,
     scaled,
     top_k_mask,
     top_p_margin,
@@ -207,13 +208,16 @@ def subject_of(impl: Impl, inputs: Inputs, prop: str) -> Subject:
     return Subject(noise_of(impl), masks_of(impl), draws_from_candidates(impl), rerun)
 
 
-def _divergent(inputs: Inputs, want: Sample, row: int, token: int) -> bool:
+def _divergent(inputs: Inputs, params: SamplingParams, want: Sample, row: int, token: int) -> bool:
     """The named divergence of an all ``-inf`` row with d2t: the classic path takes target 0, a local path the
-    smallest target a draft id maps to."""
-    if inputs.d2t is None or int(want.tokens[row]) != 0:
+    smallest target a draft id maps to.  A sampled row is all ``-inf`` where every kept ``x`` is, a temperature
+    that overflows ``logit / T`` included."""
+    if inputs.d2t is None or int(want.tokens[row]) != 0 or token != int(draft_targets(inputs).min()):
         return False
-    logits = oracle_draft_logits(inputs)[row]
-    return bool((logits == -math.inf).all()) and token == int(draft_targets(inputs).min())
+    if bool(params.greedy[row]):
+        return bool((oracle_draft_logits(inputs)[row] == -math.inf).all())
+    x = scaled(oracle_target_logits(inputs)[0][row : row + 1], params.rows([row]).to("cpu"))[0]
+    return bool((x[want.kept[row].cpu()] == -math.inf).all())
 
 
 def _row_lines(params: SamplingParams, row: int, want: int, got: int, kept: torch.Tensor) -> list[str]:
@@ -233,7 +237,7 @@ def check_sample_exact(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
         tokens, expected = drawn.tokens.cpu(), want.tokens.cpu()
         wrong = []
         for row in (tokens != expected).nonzero().flatten().tolist():
-            if _divergent(inputs, want, row, int(tokens[row])):
+            if _divergent(inputs, params, want, row, int(tokens[row])):
                 if currently_in_test_context():
                     event("named divergence: all -inf row with d2t, sampled")
             else:
@@ -266,36 +270,34 @@ def check_kept_set(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
             if currently_in_test_context():
                 event("kept set not reported")
             return
-        want = oracle_sample(inputs, params, noise_of(impl))
-        classic, got_ids = want.kept.cpu(), drawn.kept.cpu()
-        params = params.to("cpu")
-        loose = _boundary(inputs, params)
-        wrong, masks = [], {}
-        for row in range(inputs.case.batch):
-            got = torch.zeros_like(classic[row])
-            ids = got_ids[row][got_ids[row] >= 0]
-            outside = ids[ids >= got.numel()]
-            if outside.numel():
-                fail(f"kept set holds id {int(outside[0])} beyond the target vocabulary", [], impl, inputs, SAMPLE_KEPT)
-            got[ids] = True
-            differ = (got != classic[row]) & ~loose[row]
-            if _divergent(inputs, want, row, int(drawn.tokens[row])):
-                continue
-            masks[row] = got
-            if bool(differ.any()):
-                wrong.append((row, got, differ))
+        noise = noise_of(impl)
+        want = oracle_sample(inputs, params, noise)
+        classic, seen = want.kept.cpu(), observed(inputs, params, drawn)
+        outside = drawn.kept.cpu()[drawn.kept.cpu() >= classic.shape[1]]
+        if outside.numel():
+            fail(f"kept set holds id {int(outside[0])} beyond the target vocabulary", [], impl, inputs, SAMPLE_KEPT)
+        batch = range(inputs.case.batch)
+        judged = [r for r in batch if not _divergent(inputs, params, want, r, int(seen.tokens[r]))]
+        differ = (seen.kept != classic) & ~seen.loose
+        wrong = [r for r in judged if bool(differ[r].any())]
         if not wrong:
             return
-        row, got, differ = wrong[0]
+        row, got = wrong[0], seen.kept[wrong[0]]
         rule = name_fault(
             inputs,
             params,
             subject_of(impl, inputs, SAMPLE_KEPT),
-            observed(inputs, params, drawn),
-            [r for r in range(inputs.case.batch) if r in masks],
-            lambda prediction, r: not bool(((prediction.kept[r] != masks[r]) & ~loose[r]).any()),
+            seen,
+            judged,
+            lambda prediction, r: not bool(((prediction.kept[r] != seen.kept[r]) & ~seen.loose[r]).any()),
         )
-        missing, extra = (classic[row] & ~got & differ).nonzero().flatten(), (got & ~classic[row] & differ).nonzero()
+        if rule is None and all(bool(params.greedy[r]) for r in wrong):  # a greedy row keeps its token alone
+            rule = tie_rule(inputs, params, noise, wrong, seen.tokens, want)
+        params = params.to("cpu")
+        missing, extra = (
+            (classic[row] & ~got & differ[row]).nonzero().flatten(),
+            (got & ~classic[row] & differ[row]).nonzero(),
+        )
         lines = [
             f"row {row}: temperature {float(params.temperature[row]):g}, top_k {int(params.top_k[row])}, "
             f"top_p {float(params.top_p[row])!r}",
@@ -307,14 +309,18 @@ def check_kept_set(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
 
 def _boundary(inputs: Inputs, params: SamplingParams) -> torch.Tensor:
     """bool ``[B, V_target]``: tokens whose mass above them lies within :func:`top_p_slack` of ``p`` times the kept
-    mass, whose place rounding may decide."""
+    mass, whose place rounding may decide.  None on a row whose kept masses are all exactly 0 or 1 (equal masses,
+    ``x`` flattened by a huge temperature): every sum of them is an integer, exact in any order, so a token with
+    exactly ``p`` of the mass above it is out (``<``), never in by rounding."""
     full, _ = oracle_target_logits(inputs)
     x = scaled(full, params)
     kept = top_k_mask(x, params.top_k)
     margin, total = top_p_margin(x, kept, params.top_p)
     slack = torch.tensor([top_p_slack(int(n)) for n in kept.sum(dim=1)], dtype=torch.float64).unsqueeze(1)
     near = margin.abs() <= slack * total
-    on = (params.top_p < 1) & has_probabilities(x, kept) & ~params.greedy
+    e = masses(x, kept)
+    exact = ((e == 0) | (e == 1)).all(dim=1)
+    on = (params.top_p < 1) & has_probabilities(x, kept) & ~params.greedy & ~exact
     return near & kept & on.unsqueeze(1)
 
 

@@ -197,7 +197,7 @@ def variant_sample(inputs: Inputs, params: SamplingParams, noise: Noise, variant
     within = chosen_on.masked_fill(~pool, -math.inf)
     top_k = torch.zeros_like(params.top_k) if variant.skip == "top_k" else params.top_k
     top_p = torch.ones_like(params.top_p) if variant.skip == "top_p" else params.top_p
-    by_k = (_exact_k(within, top_k) if variant.exact_k else top_k_mask(within, top_k)) & pool
+    by_k = (_exact_k(within, top_k, pool) if variant.exact_k else top_k_mask(within, top_k)) & pool
     kept = _top_p(within, by_k, top_p, variant.top_p)
     if variant.temperature_after_noise:
         t = torch.where(params.greedy, 1.0, params.temperature).unsqueeze(1)
@@ -210,6 +210,9 @@ def variant_sample(inputs: Inputs, params: SamplingParams, noise: Noise, variant
     first = lambda t: order[t[:, order].argmax(dim=1)]  # noqa: E731 - the first maximum in that order
     greedy = params.greedy
     tokens = torch.where(greedy, first(full), first(score.masked_fill(~kept, -math.inf)))
+    # a row whose scores are all -inf: the classic path's target 0 no draft id maps to is, on a local path, the
+    # smallest target one does (the named divergence); a model says what a sharded sampler would
+    tokens = tokens.masked_fill((tokens == 0) & ~mapped[0], int(mapped.int().argmax()))
     one = torch.arange(x.shape[1]).unsqueeze(0) == tokens.unsqueeze(1)  # a greedy row keeps its token alone
     shown = torch.where(greedy.unsqueeze(1), one, by_k if variant.reported_before_top_p else kept)
     lp = log_probs(full, x, shown, tokens, greedy)
@@ -271,39 +274,29 @@ def _rank_order(inputs: Inputs, vocab: int) -> torch.Tensor:
     return torch.cat([seen, rest.nonzero().flatten()])
 
 
-def _exact_k(x: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
-    """Exactly k tokens per row (ties at the k-th value by id), rows with k off keep everything."""
-    vocab = x.shape[1]
+def _exact_k(x: torch.Tensor, top_k: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+    """Exactly k of the ``pool``'s tokens per row (ties at the k-th value by id); rows whose k is off or at least
+    the pool's size keep everything."""
     kept = torch.ones_like(x, dtype=torch.bool)
     for row, k in enumerate(top_k.tolist()):
-        if 0 < k < vocab:
+        ids = pool[row].nonzero().flatten()
+        if 0 < k < ids.numel():
             kept[row] = False
-            kept[row, top_k_ids(x[row : row + 1], k)[0]] = True
+            kept[row, ids[top_k_ids(x[row : row + 1, ids], k)[0]]] = True
     return kept
 
 
-def fitted(
-    variant: Variant, inputs: Inputs, params: SamplingParams, noise: Noise, seen: Observed, classic: Prediction
-) -> Variant | None:
-    """``variant`` with its free parameter read off the sampler's run, or None where the run gives it none.
+def instances(variant: Variant, params: SamplingParams) -> list[Variant]:
+    """``variant``, or where it has a free parameter, one variant per value the run can tell apart, in order.
 
-    The greedy threshold: the smallest float32 above every sampled row that drew like a greedy one (the argmax,
-    and its kept set that token alone) where the classic sampler does not; the rows below it must then all agree.
+    The greedy threshold: just above each sampled row's temperature, smallest first (the first that reproduces the
+    run is the model): every row at or below it is taken as greedy.
     """
     if variant.greedy_below != FITTED:
-        return variant
-    params = params.to("cpu")
-    argmax = variant_sample(inputs, replace(params, temperature=torch.zeros_like(params.temperature)), noise, Variant())
-    like_greedy = seen.tokens == argmax.tokens
-    differs = seen.tokens != classic.tokens
-    if seen.kept is not None:
-        like_greedy &= (seen.kept == argmax.kept).all(dim=1)
-        differs |= (seen.kept != classic.kept).any(dim=1)
-    rows = like_greedy & differs & ~params.greedy
-    if not bool(rows.any()):
-        return None
-    highest = params.temperature[rows].max().reshape(1)
-    return replace(variant, greedy_below=float(torch.nextafter(highest, torch.tensor([math.inf]))))
+        return [variant]
+    temperatures = params.temperature[~params.greedy].cpu().unique()  # ascending
+    above = torch.nextafter(temperatures, torch.full_like(temperatures, math.inf))
+    return [replace(variant, greedy_below=float(t)) for t in above]
 
 
 def _claim(variant: Variant, inputs: Inputs, params: SamplingParams, seen: Observed, classic: Prediction, rows) -> bool:
@@ -325,15 +318,14 @@ def candidates(inputs: Inputs, params: SamplingParams, subject: Subject, seen: O
     row)``, and its claim: ``(rule, variant)`` in the order of :data:`MODELS`."""
     found = []
     classic = variant_sample(inputs, params, subject.noise, Variant())
-    for rule, variant in MODELS:
-        if (variant.key == "draft" and inputs.d2t is None) or (variant.candidates_only and not subject.candidates):
+    for rule, model in MODELS:
+        if (model.key == "draft" and inputs.d2t is None) or (model.candidates_only and not subject.candidates):
             continue
-        variant = fitted(variant, inputs, params, subject.noise, seen, classic)
-        if variant is None:
-            continue
-        prediction = variant_sample(inputs, params, subject.noise, variant)
-        if all(agrees(prediction, r) for r in rows) and _claim(variant, inputs, params, seen, classic, rows):
-            found.append((rule, variant))
+        for variant in instances(model, params):
+            prediction = variant_sample(inputs, params, subject.noise, variant)
+            if all(agrees(prediction, r) for r in rows) and _claim(variant, inputs, params, seen, classic, rows):
+                found.append((rule, variant))
+                break
     return found
 
 

@@ -14,7 +14,7 @@ from functools import cache, lru_cache
 from hypothesis import example
 from hypothesis import strategies as st
 
-from properties.cases import D2T_PLANS, DTYPES, PADDING_PLANS, SPECIAL_PLANS, TIE_PLANS, Case
+from properties.cases import D2T_PLANS, DTYPES, PADDING_PLANS, SPECIAL_PLANS, SPREAD_HIDDEN, TIE_PLANS, Case
 from reference.head import padded_sizes
 
 REAL_VOCABS = (32000, 32001, 128256, 151936, 262144)
@@ -53,8 +53,9 @@ def _plans(draw: st.DrawFn, names: tuple[str, ...], likely: tuple[str, ...] = ()
 
 
 @st.composite
-def cases(draw: st.DrawFn, *, int_weights: bool = False) -> Case:
-    """Any valid :class:`Case`; ``int_weights`` keeps arithmetic exact (for invariance checks).
+def cases(draw: st.DrawFn, *, int_weights: bool = False, spread: bool = False) -> Case:
+    """Any valid :class:`Case`; ``int_weights`` keeps arithmetic exact (for invariance checks); ``spread`` draws the
+    sampling properties' cases: few rows boosted, specials on a minority of rows (``Case.spread``).
 
     Every draw happens unconditionally, so all cases consume the same number of
     choices: Hypothesis's target phase then mutates them without overrunning.
@@ -84,7 +85,7 @@ def cases(draw: st.DrawFn, *, int_weights: bool = False) -> Case:
     target_extra = draw(st.integers(0, 3 * vocab))
     return Case(
         batch=draw(_ints(1, max_batch)),
-        hidden=draw(_ints(3, max_hidden)),
+        hidden=draw(_ints(SPREAD_HIDDEN, max(SPREAD_HIDDEN, max_hidden)) if spread else _ints(3, max_hidden)),
         vocab=vocab,
         tp=tp,
         added=added,
@@ -101,6 +102,7 @@ def cases(draw: st.DrawFn, *, int_weights: bool = False) -> Case:
         padding=draw(_PADDING),
         d2t=d2t,
         target_extra=0 if d2t == "none" else target_extra,
+        spread=spread,
     )
 
 

@@ -9,9 +9,10 @@ top-p with the mass planted at p; candidates C below, at and above k.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
+from properties.cases import Case
 from properties.distribution import DISTRIBUTION_CASES, check_distribution
 from properties.runner import backend_tps, prepare
 from properties.sample_plans import SamplePlan, sample_plans
@@ -26,25 +27,81 @@ from properties.sampling_log_probs import check_log_probs
 from properties.strategies import cases, with_edge_cases
 
 EDGE_PLAN = SamplePlan(temperature="mixed", top_k="at_tie", top_p="at_mass", candidates=4)
+# Sampling's own edges, pinned so every run meets each (a fault that shows on one edge alone is found in any run):
+# p exactly a share of equal masses, p cutting a tie group, p an ulp beside a share and at its extremes,
+# temperatures at engines' greedy thresholds, subnormal and flattening, top-k at the vocabulary's edges, and the
+# specials on a minority of rows.
+SAMPLING_EDGES = (
+    (
+        Case(batch=16, hidden=6, vocab=300, tp=4, weights="normal", seed=21, spread=True),
+        SamplePlan("one", "off", "exact", 8, 1),
+    ),
+    (
+        Case(batch=16, hidden=6, vocab=200, tp=2, ties=("within_shard", "across_ranks"), seed=22, spread=True),
+        SamplePlan("one", "small", "in_tie", 4, 2),
+    ),
+    (
+        Case(batch=12, hidden=6, vocab=100, tp=2, ties=("within_shard",), seed=23, spread=True),
+        SamplePlan("threshold", "edge", "beside", 2, 3),
+    ),
+    (
+        Case(
+            batch=12,
+            hidden=6,
+            vocab=500,
+            tp=4,
+            dtype="bfloat16",
+            weights="normal",
+            d2t="eagle3",
+            target_extra=100,
+            seed=24,
+            spread=True,
+        ),
+        SamplePlan("every", "every", "every", 16, 4),
+    ),
+    (
+        Case(
+            batch=16,
+            hidden=6,
+            vocab=300,
+            tp=4,
+            bias=True,
+            specials=("nan_ranks", "pos_inf", "neg_inf_rows"),
+            seed=25,
+            spread=True,
+        ),
+        SamplePlan("every", "at_tie", "extreme", 64, 5),
+    ),
+)
+
+
+def with_sampling_edges(test):
+    """Apply ``@example(case=..., plan=...)`` for every pinned sampling edge."""
+    for case, plan in reversed(SAMPLING_EDGES):
+        test = example(case=case, plan=plan)(test)
+    return test
 
 
 @with_edge_cases(plan=EDGE_PLAN)
-@given(case=cases(), plan=sample_plans())
+@with_sampling_edges
+@given(case=cases(spread=True), plan=sample_plans())
 def test_sample_exact(sampling_impl, backend, case, plan):
     check_sample_exact(sampling_impl, prepare(case, backend), plan_for(sampling_impl, plan))
 
 
-@given(case=cases(), plan=sample_plans())
+@with_sampling_edges
+@given(case=cases(spread=True), plan=sample_plans())
 def test_kept_set(sampling_impl, backend, case, plan):
     check_kept_set(sampling_impl, prepare(case, backend), plan_for(sampling_impl, plan))
 
 
-@given(case=cases(), plan=sample_plans())
+@with_sampling_edges
+@given(case=cases(spread=True), plan=sample_plans())
 def test_sample_log_probs(sampling_impl, backend, case, plan):
     check_log_probs(sampling_impl, prepare(case, backend), plan_for(sampling_impl, plan))
 
 
-@given(case=cases(int_weights=True), plan=sample_plans(), data=st.data())
+@given(case=cases(int_weights=True, spread=True), plan=sample_plans(), data=st.data())
 def test_sample_invariance(sampling_impl, backend, case, plan, data):
     inputs = prepare(case, backend)
     others = [tp for tp in backend_tps(backend) if tp != inputs.tp]

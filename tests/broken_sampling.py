@@ -11,7 +11,14 @@ import math
 
 import torch
 
-from reference.sampling import SamplingParams, gumbel_noise, top_k_mask, top_p_margin, top_p_mask
+from reference.sampling import (
+    SamplingParams,
+    gumbel_noise,
+    has_probabilities,
+    top_k_mask,
+    top_p_margin,
+    top_p_mask,
+)
 from reference.topk import top_k_ids
 from sharded.keys import encode_keys
 from sharded.layout import ShardLayout
@@ -133,9 +140,9 @@ def _nucleus(v: torch.Tensor, kept: torch.Tensor, p: torch.Tensor, rule: str) ->
     in id order, keeping each while the mass before it is below ``p``, so a tie group can be cut in two."""
     if rule == "<":
         return top_p_mask(v[None], kept[None], p)[0]
-    margin, total = top_p_margin(v[None], kept[None], p)
-    if float(p) >= 1 or not bool(torch.isfinite(total).all()) or bool((v.isnan() | (v == math.inf))[kept].any()):
+    if float(p) >= 1 or not bool(has_probabilities(v[None], kept[None])[0]):  # no masses: top-p keeps top-k's set
         return kept
+    margin, total = top_p_margin(v[None], kept[None], p)
     if rule == "<=":
         return kept & (margin[0] <= 0)
     e = (v.double() - v.double()[kept].max()).exp().masked_fill(~kept, 0.0)

@@ -16,6 +16,7 @@ from properties import test_sampling as ts
 from properties.distribution import DISTRIBUTION_WRONG
 from tests.suite import FIND_ONLY, failure
 
+PROPERTIES = {"exact": ts.test_sample_exact, "kept": ts.test_kept_set, "log_probs": ts.test_sample_log_probs}
 CATCHES = [  # (property, broken sampler, the first line of its failure, numbers aside)
     (ts.test_sample_exact, "noise_by_column", f"[{faults.NOISE_BY_COLUMN}]"),
     (
@@ -38,11 +39,21 @@ CATCHES = [  # (property, broken sampler, the first line of its failure, numbers
     (ts.test_kept_set, "top_p_over_candidates", f"[{faults.TOP_P_OVER_CANDIDATES}]"),
     (ts.test_sample_exact, "no_fallback_k_above_c", f"[{faults.NO_FALLBACK_K_ABOVE_C}]"),
     (ts.test_kept_set, "no_fallback_k_above_c", f"[{faults.NO_FALLBACK_K_ABOVE_C}]"),
-    (
-        ts.test_sample_log_probs,
-        "log_prob_per_shard",
-        "[raw log-probability normalised per shard: the owner rank's log-sum-exp, not the row's]",
-    ),
+    (ts.test_sample_log_probs, "log_prob_per_shard", f"[{faults.PER_SHARD['raw']}]"),
+    # issue 38: the faults that passed or were named after another one, in every property that fails on them
+    *[
+        (prop, broken, f"[{rule}]" if prop is not ts.test_sample_log_probs else f"[processed log-probability: {rule}]")
+        for broken, rule, props in (
+            ("greedy_below_1e_5", faults.TEMPERATURE_THRESHOLD, ("exact", "kept", "log_probs")),
+            ("greedy_below_1e_2", faults.TEMPERATURE_THRESHOLD, ("exact", "kept", "log_probs")),
+            ("x_in_head_dtype", faults.X_IN_HEAD_DTYPE, ("exact", "kept", "log_probs")),
+            ("top_p_at_or_below", faults.TOP_P_AT_OR_BELOW, ("kept", "log_probs")),
+            ("top_p_splits_ties", faults.TOP_P_SPLITS_TIES, ("exact", "kept", "log_probs")),
+            ("kept_before_top_p", faults.REPORTED_BEFORE_TOP_P, ("kept", "log_probs")),
+            ("no_fallback_tied_at_c", faults.NO_FALLBACK_TIED_AT_C, ("exact", "kept", "log_probs")),
+        )
+        for prop in (PROPERTIES[name] for name in props)
+    ],
 ]
 
 
