@@ -28,7 +28,7 @@ from properties.diagnose import (
 from properties.runner import backend_tps, oracle_draft_logits, oracle_target_logits
 from properties.sample_plans import SamplePlan, plan_fields, sampling_params
 from properties.sampling_experiments import name_fault
-from properties.sampling_faults import Observed, Subject, tie_rule
+from properties.sampling_faults import Observed, Prediction, Subject, tie_rule
 from properties.top_k import bitwise_equal
 from reference.sampling import (
     Noise,
@@ -193,7 +193,7 @@ def observed(inputs: Inputs, params: SamplingParams, drawn: Drawn) -> Observed:
     loose = _boundary(inputs, params.to("cpu"))
     kept = None if drawn.kept is None else kept_masks(drawn.kept, loose.shape[1])
     log_probs = None if drawn.log_probs is None else drawn.log_probs.cpu()
-    return Observed(drawn.tokens.cpu(), kept, log_probs, loose)
+    return Observed(params.to("cpu"), drawn.tokens.cpu(), kept, log_probs, loose)
 
 
 def subject_of(impl: Impl, inputs: Inputs, prop: str) -> Subject:
@@ -206,6 +206,20 @@ def subject_of(impl: Impl, inputs: Inputs, prop: str) -> Subject:
             return None
 
     return Subject(noise_of(impl), masks_of(impl), draws_from_candidates(impl), rerun)
+
+
+def same_token(prediction: Prediction, seen: Observed, row: int) -> bool:
+    """The model's token on ``row``, or a token rounding may keep or drop (within top-p's slack)."""
+    token = int(seen.tokens[row])
+    return token == int(prediction.tokens[row]) or (0 <= token < seen.loose.shape[1] and bool(seen.loose[row, token]))
+
+
+def same_kept(prediction: Prediction, seen: Observed, row: int) -> bool:
+    """The model's token and kept set on ``row``, but for tokens within top-p's slack: a kept set alone cannot tell
+    a sampler that reports top-k's set from one that draws from it."""
+    if not same_token(prediction, seen, row):
+        return False
+    return seen.kept is None or not bool(((prediction.kept[row] != seen.kept[row]) & ~seen.loose[row]).any())
 
 
 def _divergent(inputs: Inputs, params: SamplingParams, want: Sample, row: int, token: int) -> bool:
@@ -252,7 +266,7 @@ def check_sample_exact(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
             subject_of(impl, inputs, SAMPLE_EXACT),
             observed(inputs, params, drawn),
             judged,
-            lambda prediction, r: int(prediction.tokens[r]) == int(tokens[r]),
+            same_token,
         )
         rule = rule or tie_rule(inputs, params, noise, [row], tokens, want)  # as the fallbacks: the row shown
         if rule is None:
@@ -289,7 +303,7 @@ def check_kept_set(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
             subject_of(impl, inputs, SAMPLE_KEPT),
             seen,
             judged,
-            lambda prediction, r: not bool(((prediction.kept[r] != seen.kept[r]) & ~seen.loose[r]).any()),
+            same_kept,
         )
         if rule is None and all(bool(params.greedy[r]) for r in wrong):  # a greedy row keeps its token alone
             rule = tie_rule(inputs, params, noise, wrong, seen.tokens, want)
@@ -363,7 +377,7 @@ def _side_fault(impl: Impl, params: SamplingParams, sides: list[tuple[Inputs, Dr
                 subject_of(impl, inputs, SAMPLE_INVARIANCE),
                 observed(inputs, params, drawn),
                 list(range(len(tokens))),
-                lambda prediction, r, tokens=tokens: int(prediction.tokens[r]) == int(tokens[r]),
+                same_token,
             )
             return f"; {rule}" if rule else ""
     return ""

@@ -3,7 +3,7 @@
 Several models can reproduce one batch: a sampler that treats tiny temperatures as greedy and one that breaks ties
 in another order both return the argmax on a tied row; skipping top-p and keeping top-p's boundary token both draw
 that token.  So the sampler runs again with one thing changed, and a model keeps its claim only while it predicts
-the new tokens (and kept sets, where the sampler reports them) on every judged row:
+what the property judges (its tokens, kept sets or log-probabilities) on every judged row:
 
 * **top-k 1, no top-p**: a skipped mask and a mask applied to noised logits part ways;
 * **each mask alone** (where a row has both): a fault of one mask shows without the other;
@@ -19,13 +19,12 @@ ranks) is skipped; a model is named only if at least one experiment ran and it p
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 import torch
 
 from properties.cases import Inputs
-from properties.sampling_faults import Observed, Prediction, Subject, Variant, candidates, variant_sample
+from properties.sampling_faults import Agrees, Observed, Subject, Variant, candidates, variant_sample
 from reference.sampling import SamplingParams
 
 # other seeds: each row's seed XOR one of these (distinct seeds stay distinct)
@@ -56,19 +55,6 @@ def _signed(c: int) -> int:
     return c - (1 << 64) if c >= 1 << 63 else c
 
 
-def matches(prediction: Prediction, seen: Observed, rows: list[int]) -> bool:
-    """The model's tokens on every row of ``rows`` (a token rounding may keep or drop aside), and its kept sets
-    where the sampler reports them."""
-    for row in rows:
-        token = int(seen.tokens[row])
-        loose = 0 <= token < seen.loose.shape[1] and bool(seen.loose[row, token])
-        if token != int(prediction.tokens[row]) and not loose:
-            return False
-    if seen.kept is None:
-        return True
-    return not bool(((seen.kept != prediction.kept) & ~seen.loose)[rows].any())
-
-
 def _separating(
     inputs: Inputs, forms: list[SamplingParams], noise, models: list[Variant], rows: list[int], kept: bool
 ) -> SamplingParams:
@@ -88,16 +74,23 @@ def _separating(
     return max(forms, key=split)
 
 
+def _predicts(
+    inputs: Inputs, probe: SamplingParams, subject: Subject, variant: Variant, again: Observed, rows, agrees: Agrees
+) -> bool:
+    prediction = variant_sample(inputs, probe, subject.noise, variant)
+    return all(agrees(prediction, again, r) for r in rows)
+
+
 def name_fault(
     inputs: Inputs,
     params: SamplingParams,
     subject: Subject,
     seen: Observed,
     rows: list[int],
-    agrees: Callable[[Prediction, int], bool],
+    agrees: Agrees,
 ) -> str | None:
     """The rule of the first model (in ``MODELS`` order) that reproduces ``rows`` of the run ``seen`` by ``agrees``
-    and predicts the sampler in every experiment that ran (at least one), or None."""
+    and predicts the sampler, by the same measure, in every experiment that ran (at least one), or None."""
     found = candidates(inputs, params, subject, seen, rows, agrees)
     ran = False
     for _name, forms in probes(params.to("cpu"), subject, inputs.vocab) if found else ():
@@ -106,7 +99,7 @@ def name_fault(
         if again is None:
             continue
         ran = True
-        found = [(r, v) for r, v in found if matches(variant_sample(inputs, probe, subject.noise, v), again, rows)]
+        found = [(r, v) for r, v in found if _predicts(inputs, probe, subject, v, again, rows, agrees)]
         if not found:
             return None
     return found[0][0] if found and ran else None

@@ -117,13 +117,18 @@ class Prediction:
 
 @dataclass(frozen=True)
 class Observed:
-    """What one run of the sampler gave (CPU): tokens ``[B]``, kept masks ``[B, V_target]`` and log-probs ``[B, 2]``
-    where it reports them, and ``loose``, the tokens whose place against top-p rounding may decide."""
+    """What one run of the sampler gave (CPU), with the parameters it ran with: tokens ``[B]``, kept masks
+    ``[B, V_target]`` and log-probs ``[B, 2]`` where it reports them, and ``loose``, the tokens whose place against
+    top-p rounding may decide."""
 
+    params: SamplingParams
     tokens: torch.Tensor
     kept: torch.Tensor | None
     log_probs: torch.Tensor | None
     loose: torch.Tensor
+
+
+Agrees = Callable[[Prediction, Observed, int], bool]  # a prediction reproduces a run's row, as a property judges
 
 
 @dataclass(frozen=True)
@@ -313,9 +318,11 @@ def _claim(variant: Variant, inputs: Inputs, params: SamplingParams, seen: Obser
     return 0 <= token < by_k.numel() and bool(by_k[token]) == (variant.skip == "top_p")
 
 
-def candidates(inputs: Inputs, params: SamplingParams, subject: Subject, seen: Observed, rows: list[int], agrees):
-    """Every model (fitted to the run) that reproduces ``rows`` of the sampler's run ``seen``, by ``agrees(prediction,
-    row)``, and its claim: ``(rule, variant)`` in the order of :data:`MODELS`."""
+def candidates(
+    inputs: Inputs, params: SamplingParams, subject: Subject, seen: Observed, rows: list[int], agrees: Agrees
+) -> list[tuple[str, Variant]]:
+    """Every model (fitted to the run) that reproduces ``rows`` of the sampler's run ``seen``, by ``agrees``, and its
+    claim: ``(rule, variant)`` in the order of :data:`MODELS`."""
     found = []
     classic = variant_sample(inputs, params, subject.noise, Variant())
     for rule, model in MODELS:
@@ -323,7 +330,7 @@ def candidates(inputs: Inputs, params: SamplingParams, subject: Subject, seen: O
             continue
         for variant in instances(model, params):
             prediction = variant_sample(inputs, params, subject.noise, variant)
-            if all(agrees(prediction, r) for r in rows) and _claim(variant, inputs, params, seen, classic, rows):
+            if all(agrees(prediction, seen, r) for r in rows) and _claim(variant, inputs, params, seen, classic, rows):
                 found.append((rule, variant))
                 break
     return found

@@ -43,6 +43,20 @@ def _magnitudes(full: torch.Tensor, x: torch.Tensor, exact: torch.Tensor) -> tor
     return torch.maximum(exact.abs().nan_to_num(0.0, 0.0, 0.0), torch.stack(largest, dim=1))
 
 
+def same_log_probs(full: torch.Tensor):
+    """Agreement for the fault models: the model's token on a row, and both its log-probabilities within
+    :data:`LOG_PROB_ULPS` of the run's (``full``: the oracle's logits by target id)."""
+
+    def agrees(prediction, seen, row: int) -> bool:
+        if int(prediction.tokens[row]) != int(seen.tokens[row]) or seen.log_probs is None:
+            return int(prediction.tokens[row]) == int(seen.tokens[row])
+        mine = full[row : row + 1]
+        size = _magnitudes(mine, scaled(mine, seen.params.rows([row])), prediction.log_probs[row : row + 1])[0]
+        return bool((ulps_apart(seen.log_probs[row], prediction.log_probs[row], size) <= LOG_PROB_ULPS).all())
+
+    return agrees
+
+
 def check_log_probs(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
     """The chosen token's raw and processed log-probabilities within :data:`LOG_PROB_ULPS` float32 ulps of the
     larger of the exact value and the row's largest finite logit (or ``x``) of ``log_softmax`` in float64."""
@@ -65,14 +79,8 @@ def check_log_probs(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
         if bad.numel():
             row, which = (int(v) for v in bad[0])
             kind = ("raw", "processed")[which]
-            size = _magnitudes(full, x, exact)
-
-            def agrees(prediction, r: int) -> bool:  # its tokens, and both log-probabilities within the ulps
-                near = ulps_apart(got[r], prediction.log_probs[r], size[r]) <= LOG_PROB_ULPS
-                return int(prediction.tokens[r]) == int(tokens[r]) and bool(near.all())
-
             subject, seen = subject_of(impl, inputs, SAMPLE_LOG_PROBS), observed(inputs, params, drawn)
-            model = name_fault(inputs, params, subject, seen, list(range(inputs.case.batch)), agrees)
+            model = name_fault(inputs, params, subject, seen, list(range(inputs.case.batch)), same_log_probs(full))
             if model is None:
                 rule = f"{kind} log-probability more than {LOG_PROB_ULPS} float32 ulps from log_softmax in float64"
             else:
