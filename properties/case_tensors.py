@@ -10,10 +10,12 @@ Planted structure, and why it is exact:
   hidden value of +inf makes the whole row ``-inf``.
 * Special values go through the bias, planted after the cast to the dtype.  In a ``spread`` case (the sampling
   properties' cases) the NaN, infinity and huge plans go instead through the last two features, which only a
-  minority of rows switch on (:data:`SWITCH`): a planted id's weight there is the dtype's largest value (NaN: that
-  and its negative, whose products overflow to ``+inf`` and ``-inf``), every other id's is 0.  The other rows keep
-  finite logits, and few rows are boosted, so top-k and top-p have tokens to remove.  float16 sums its products in
-  float32, where none overflows: there a NaN plan makes its rows NaN through the hidden state.
+  minority of rows switch on: the next to last holds :data:`SWITCH` there, and a planted id's weight on it is the
+  dtype's largest value (its product overflows to ``±inf`` whatever the matmul's order) or the huge value over
+  :data:`SWITCH`; every other id's is 0.  A NaN plan makes the first half of those rows NaN through the last
+  feature of the hidden state: a NaN at one id among finite ones would need ``inf - inf``, which a fused
+  multiply-add turns into ``inf``, so it would hang on how the matmul adds.  The other rows keep finite logits,
+  and few rows are boosted, so top-k and top-p have tokens to remove.
 * The padding plan is a trap in every row that is not a token: both padding
   blocks and the ids at or above the logits vocabulary.
 """
@@ -207,8 +209,7 @@ def _biased(bias):
 
 
 def _switched(case, rng, batch, hidden, weight):
-    """Plant values at ids on a minority of rows only, through the last two features (module docstring); None
-    where no row switches on."""
+    """Plant values on a minority of rows only (module docstring); None where no row switches on."""
     if not set(case.specials) & set(ROW_PLANS):
         return None
     rows = [r for r in range(batch) if rng.random() < SPECIAL_ROWS]
@@ -218,17 +219,15 @@ def _switched(case, rng, batch, hidden, weight):
         return None
     weight[:, -2:] = 0.0
     hidden[:, -2:] = 0.0
-    hidden[rows, -2:] = SWITCH
+    hidden[rows, -2] = SWITCH
+    nan_rows = rows[: (len(rows) + 1) // 2]
     big = torch.finfo(weight.dtype).max
-    accumulates_wider = weight.dtype == torch.float16  # no product overflows: a NaN plan makes NaN rows instead
 
     def plant(i: int, value: float) -> None:
-        if math.isnan(value):
-            if accumulates_wider:
-                hidden[rows, -1] = value
-            weight[i, -2:] = torch.tensor([big, -big], dtype=weight.dtype)
+        if math.isnan(value):  # through the hidden state: NaN times any weight is NaN, however the matmul adds
+            hidden[nan_rows, -1] = value
         elif math.isinf(value):
-            weight[i, -2 if value > 0 else -1] = big if value > 0 else -big
+            weight[i, -2] = big if value > 0 else -big
         else:
             weight[i, -2] = value / SWITCH
 

@@ -6,6 +6,7 @@ without shrinking; the rule must be the first line of the failure, numbers aside
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import pytest
@@ -13,8 +14,14 @@ from hypothesis import settings
 
 from properties import sampling_faults as faults
 from properties import test_sampling as ts
+from properties.cases import Case
 from properties.distribution import DISTRIBUTION_WRONG
-from tests.suite import FIND_ONLY, failure
+from properties.runner import prepare
+from properties.sample_plans import SamplePlan
+from properties.sampling import SAMPLE_KEPT, observed, run_sampler, same_kept, same_token, subject_of
+from properties.sampling_experiments import name_fault
+from sharded.impls import Impl, load_impl
+from tests.suite import FIND_ONLY, broken_spec, failure
 
 PROPERTIES = {"exact": ts.test_sample_exact, "kept": ts.test_kept_set, "log_probs": ts.test_sample_log_probs}
 CATCHES = [  # (property, broken sampler, the first line of its failure, numbers aside)
@@ -82,3 +89,38 @@ def test_the_distribution_catches_noise_shared_between_tokens(broken):
 def test_declared_noise_passes_token_exactness_so_only_the_distribution_judges_it():
     budget = settings(FIND_ONLY, max_examples=60)
     assert failure(ts.test_sample_exact, "noise_repeats_every_16_ids", budget) == ""
+
+
+# A failing run that several models reproduce, and the rule the experiments leave: the first fitting model in
+# MODELS order is another fault in the last three.  Case(batch=2, hidden=6, vocab=48, tp=2, within_shard ties).
+SEPARATED = [
+    ("greedy_below_1e_5", 53, SamplePlan("threshold", "off", "off", 4, 53), "exact", faults.TEMPERATURE_THRESHOLD),
+    ("top_p_splits_ties", 1, SamplePlan("one", "off", "in_tie", 4, 1), "exact", faults.TOP_P_SPLITS_TIES),
+    ("top_p_at_or_below", 11, SamplePlan("one", "off", "exact", 4, 11), "exact", faults.TOP_P_AT_OR_BELOW),
+    ("kept_before_top_p", 0, SamplePlan("one", "off", "random", 4, 0), "kept", faults.REPORTED_BEFORE_TOP_P),
+]
+
+
+@pytest.mark.parametrize("broken, seed, plan, judged, rule", SEPARATED, ids=[b for b, *_ in SEPARATED])
+def test_the_experiments_separate_the_models_that_fit_one_run(broken, seed, plan, judged, rule):
+    inputs = prepare(Case(batch=2, hidden=6, vocab=48, tp=2, ties=("within_shard",), seed=seed, spread=True))
+    impl = load_impl(broken_spec(broken))
+    drawn, params = run_sampler(impl, inputs, plan, SAMPLE_KEPT)
+    seen, subject = observed(inputs, params, drawn), subject_of(impl, inputs, SAMPLE_KEPT)
+    agrees = {"exact": same_token, "kept": same_kept}[judged]
+    fit = [r for r, _ in faults.candidates(inputs, params, subject, seen, [0, 1], agrees)]
+    assert len(set(fit)) >= 2 and rule in fit, fit
+    assert name_fault(inputs, params, subject, seen, [0, 1], agrees) == rule
+
+
+def test_a_candidate_fault_is_named_only_for_a_sampler_that_declares_candidates():
+    """The same sampler without ``fn.draws_from_candidates``: its missing fallback is no longer an explanation."""
+    declared = load_impl(broken_spec("no_fallback_k_above_c"))
+    assert failure(ts.test_kept_set, declared).startswith(f"[{faults.NO_FALLBACK_K_ABOVE_C}]")
+
+    def undeclared(**kwargs):
+        return declared.fn(**kwargs)
+
+    undeclared.__signature__ = inspect.signature(declared.fn)
+    message = failure(ts.test_kept_set, Impl("tests.test_sampling_power:undeclared", undeclared))
+    assert message and not message.startswith(f"[{faults.NO_FALLBACK_K_ABOVE_C}]"), message[:300]
