@@ -150,18 +150,16 @@ def _exact_share(x: torch.Tensor, kept: torch.Tensor, gen: torch.Generator) -> f
     return None if not exact.numel() else float(exact[int(torch.randint(0, exact.numel(), (1,), generator=gen))])
 
 
-def _in_tie(x: torch.Tensor, kept: torch.Tensor, gen: torch.Generator) -> float | None:
+def _in_tie(x: torch.Tensor, kept: torch.Tensor, gen: torch.Generator, tries: int = 8) -> float | None:
     """A ``p`` that cuts a group of tied kept tokens after its first: the contract keeps the whole group, a sampler
-    that walks token by token keeps one of it; None where no tied group has mass to cut."""
+    that walks token by token keeps one of it; None where no tied group (of ``tries`` drawn) has mass to cut."""
     e, above = _masses_above(x, kept)
     total = float(e.sum())
-    groups = []  # (the kept mass above a tied group, one member's mass)
-    for value in x[kept & (e > 0)].unique():
-        members = (kept & (x == value)).nonzero().flatten()
-        if members.numel() >= 2:
-            groups.append((float(above[members[0]]), float(e[members[0]])))
-    for i in torch.randperm(len(groups), generator=gen).tolist():
-        before, mass = groups[i]
+    values, counts = x[kept & (e > 0)].unique(return_counts=True)
+    tied = values[counts >= 2]
+    for i in torch.randperm(tied.numel(), generator=gen)[:tries].tolist():
+        first = int((kept & (x == tied[i])).nonzero()[0])
+        before, mass = float(above[first]), float(e[first])
         p = float(torch.tensor((before + mass / 2) / total, dtype=torch.float32))
         if 0 < p < 1 and before < p * total <= before + mass:
             return p

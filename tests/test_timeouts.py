@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from groups.simulated import DEFAULT_TIMEOUT
 from properties import checks, runner
 from properties import test_equivalence as eq
 from properties import test_sampling as ts
@@ -17,17 +18,17 @@ from tests.suite import failure
 MS_PER_ROW = 1.0  # a second per 1,000 rows: a sampler written in Python, row by row
 
 
-def slow_pairs(hidden, weight, bias, layout, *, sampling, scale=1.0, soft_cap=None, d2t=None, group):
-    """``gumbel_pairs`` after a millisecond per row on rank 0."""
-    if group.rank == 0:
-        time.sleep(hidden.shape[0] * MS_PER_ROW / 1000)
+def counted_pairs(hidden, weight, bias, layout, *, sampling, scale=1.0, soft_cap=None, d2t=None, group):
+    """``gumbel_pairs``, recording how many rows each call carries."""
+    CALLS.append(hidden.shape[0])
     return gumbel_pairs(
         hidden, weight, bias, layout, sampling=sampling, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group
     )
 
 
-slow_pairs.masks = False
-slow_pairs.noise = gumbel_pairs.noise
+counted_pairs.masks = False
+counted_pairs.noise = gumbel_pairs.noise
+CALLS: list[int] = []
 
 
 def rank_one_dawdles(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
@@ -45,10 +46,12 @@ def test_a_rank_past_the_limit_names_the_limit_its_value_and_the_option(monkeypa
     assert first.endswith(f"; the collective timeout of 0.5 s ran out ({checks.RAISES['collective timeout']})]")
 
 
-def test_the_distribution_fits_a_sampler_that_takes_a_second_per_1000_rows(monkeypatch):
-    """Each call carries CHUNK rows: half a second for this sampler, here under a 3 s limit (all 4,000 draws in one
-    call took 4 s, and ran past it)."""
-    monkeypatch.setattr(runner, "collective_timeout", 3.0)
-    assert CHUNK * MS_PER_ROW / 1000 <= runner.collective_timeout / 6
+def test_the_distribution_fits_a_sampler_that_takes_a_second_per_1000_rows():
+    """Every call carries at most CHUNK rows, which such a sampler answers in half a second, a twentieth of the
+    default collective timeout (all 4,000 draws in one call took it 4 s); every draw is made."""
+    CALLS.clear()
     prop = lambda sampling_impl: ts.test_sampled_distribution(sampling_impl, 0)  # noqa: E731
-    assert failure(prop, Impl("tests.test_timeouts:slow_pairs", slow_pairs)) == ""
+    assert failure(prop, Impl("tests.test_timeouts:counted_pairs", counted_pairs)) == ""
+    tp = ts.DISTRIBUTION_CASES[0].case.tp
+    assert sum(CALLS) == tp * ts.DISTRIBUTION_CASES[0].draws and max(CALLS) == CHUNK  # every rank, every row
+    assert CHUNK * MS_PER_ROW / 1000 <= DEFAULT_TIMEOUT / 20
