@@ -418,4 +418,5 @@ for _fn in (sglang_candidate_topk, sglang_candidate_topk_seeded, sglang_candidat
     _fn.start = _start
     _fn.masks = ("top_k",)
     _fn.process_bound = False
+    _fn.needs = why_unavailable
 sglang_candidate_topk_seeded.noise = sglang_murmur_noise
