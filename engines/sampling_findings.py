@@ -124,15 +124,23 @@ CAUSES += (
         severity="shipped",
         reaches="every DFlash2 (vLLM) and DFlash/LiLiCorr (SGLang) draft whose k-th candidate ties the next "
         "logit (common in bfloat16)",
-        evidence=(f"{DFLASH}:149: top_vals, sel = torch.topk(gathered_vals, k, dim=-1)",),
-        why="The contract keeps every token tied with the k-th value, so tied tokens share the draw. Both engines "
-        "take exactly k, so a tied token past the k-th place never gets proposed: the draft's distribution "
-        "changes at ties. Verification reads the same candidates' logits, so the target's output stays exact; "
-        "acceptance is what changes.",
+        evidence=(
+            f"{LOGITS}:301: values, ids = _topk(logits, k)",
+            f"{LOGITS}:308: values, selected = _topk(values, k)",
+            f"{DFLASH}:149: top_vals, sel = torch.topk(gathered_vals, k, dim=-1)",
+        ),
+        why="The contract keeps every token tied with the k-th value, and so does vLLM's own top-k sampler "
+        "(`apply_top_k_only` masks only the logits below the k-th), so tied tokens share the draw. Both engines' "
+        "candidate paths take exactly k with `torch.topk`, so a tied token past the k-th place never gets "
+        "proposed: the draft's distribution changes at ties. The reproduction gives the candidates 5, 3, 3 at "
+        "k = 2: vLLM's `get_top_k_tokens` at tp 2 and SGLang's `candidate_topk` (with and without its "
+        "log-normaliser) return two ids, where the contract and vLLM's mask keep three. Verification reads the "
+        "same candidates' logits, so the target's output stays exact; acceptance is what changes.",
         failures=(
             f"{INTERPRETED}test_sample_exact-engines_vllm_dflash2_sampler_vllm_dflash2_sampler_corrected-gloo-0d53e92673",
             f"{INTERPRETED}test_sample_exact-engines_sglang_sampling_sglang_candidate_topk_corrected-gloo-40ab8bbd8a",
         ),
+        script=f"{SCRIPTS}/candidates_keep_exactly_k.py",
         correction="none here: keeping the ties needs a fallback when a rank's k-th candidate ties (as the "
         "`candidates` built-in does); both corrected rows keep exactly k",
     ),

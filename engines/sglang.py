@@ -320,5 +320,6 @@ for _fn in (sglang_deferred_argmax, sglang_classic):
     _fn.head = HEAD
     _fn.start = _start
     _fn.process_bound = False  # no engine state: the kernels run on any group, the simulated one included
+    _fn.needs = why_unavailable
 sglang_classic.path = "classic"
 sglang_deferred_argmax.path = "local"

@@ -419,4 +419,5 @@ for _fn in (sglang_candidate_topk, sglang_candidate_topk_seeded, sglang_candidat
     _fn.masks = ("top_k",)
     _fn.draws_from_candidates = True  # each rank's top k, merged
     _fn.process_bound = False
+    _fn.needs = why_unavailable
 sglang_candidate_topk_seeded.noise = sglang_murmur_noise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -87,8 +88,14 @@ def fail(
         )
     )
     # what a repro file needs (written by conftest when the test finally fails; see properties/repro.py)
-    exc.repro = {"rule": rule, "property": prop, "impl": str(impl), "inputs": inputs, "extra": {}}
+    exc.repro = {"rule": rule, "property": prop, "impl": str(impl), "inputs": inputs, "extra": {}, "env": env_of(impl)}
     raise exc
+
+
+def env_of(impl: object) -> dict[str, str]:
+    """The settings of the environment variables ``impl`` reads (``Impl.env``) that this run has: what made it run
+    the code it ran (vLLM's shared-memory communicator), so that a replay without them does not judge other code."""
+    return {name: os.environ[name] for name in getattr(impl, "env", ()) if name in os.environ}
 
 
 @contextmanager

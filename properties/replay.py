@@ -2,7 +2,8 @@
 
 Prints the oracle's and the implementation's tokens, the logits around both
 and, on a mismatch, the rule broken.  Exits 1 while the bug is present and 0 once it is fixed;
-2, with one line on stderr, for a case string or an option it cannot use.  The case string is
+2, with one line on stderr, for a case string or an option it cannot use, or an implementation that needs what
+this machine lacks (an engine, a device, a communicator: ``Impl.why_unavailable``).  The case string is
 parsed as data (:mod:`properties.case_input`), so a pasted one never runs code; ``--impl`` imports
 the module it names, by design.
 """
@@ -36,7 +37,7 @@ from properties.sampling import (
 )
 from properties.sampling_log_probs import check_log_probs
 from properties.top_k import TOP_K_EXACT, check_top_k_contract
-from sharded.impls import IMPL_ENV, load_impl
+from sharded.impls import IMPL_ENV, load_impl, runnable
 
 TOKEN_RECORD = {"property": TOKEN_EXACT}  # replays the output contract and token equality
 
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runner.device = check_device(args.device)
         case = parse_case(args.case)
-        impl = load_impl(args.impl or os.environ.get(IMPL_ENV) or "vllm_pairs")
+        impl = runnable(load_impl(args.impl or os.environ.get(IMPL_ENV) or "vllm_pairs"))
         runner.pin_heads([impl])  # a model class's fixed head, as the suite ran it
         backend = args.backend or ("gloo" if impl.process_bound and runner.device == "cpu" else "sim")
         check_backend([backend], runner.device)

@@ -2,9 +2,11 @@
 
 A file holds the drawn structure (the ``Case`` with its seed), the exact input
 tensors (inline as hex bytes when small, else in a ``.pt`` side file), the
-implementation, the backend, the property, the rule broken, and the torch and
-Hypothesis versions. Hypothesis's own reproduction blob is kept as an extra,
-because blobs break across Hypothesis versions.
+implementation, the backend, the property, the rule broken, the settings of the
+environment variables the implementation reads (``env``: ``TPARGMAX_VLLM_SHM=1``
+ran vLLM's shared-memory communicator), and the torch and Hypothesis versions.
+Hypothesis's own reproduction blob is kept as an extra, because blobs break
+across Hypothesis versions.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def write(directory: str | Path, repro: dict[str, Any], blob: str | None = None,
         "target_vocab": inputs.target_vocab,
         "applied": list(inputs.applied),
         "extra": repro["extra"],
+        **({"env": dict(repro["env"])} if repro.get("env") else {}),
         "versions": {
             "torch": torch.__version__,
             "hypothesis": hypothesis.__version__,
@@ -62,6 +65,7 @@ def write(directory: str | Path, repro: dict[str, Any], blob: str | None = None,
         "hypothesis_blob": blob,
     }
     key = [record["case"], record["impl"], record["property"], *([record["extra"]] if record["extra"] else [])]
+    key += [record["env"]] if "env" in record else []  # a run in another environment ran other code: its own file
     digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
     slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in f"{test}-{repro['impl']}")
     path = Path(directory) / f"{slug}-{record['backend']}-{digest}.json"

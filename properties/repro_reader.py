@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -107,8 +108,25 @@ def _check_fields(record: dict[str, Any]) -> None:
         _check_text("applied", item)
     if not isinstance(record.get("extra", {}), dict):
         raise ValueError(f"the field 'extra' must be a JSON object, got {shown(record['extra'])}")
+    _check_env(record.get("env", {}))
     if not isinstance(record.get("created", ""), str):
         raise ValueError(f"the field 'created' must be a string, got {shown(record['created'])}")
+
+
+ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+MAX_ENV = 8
+
+
+def _check_env(env: object) -> None:
+    """``env``: the settings of the environment variables its implementation reads, as names to values; a replay
+    compares them with its own environment and sets nothing."""
+    if not isinstance(env, dict) or len(env) > MAX_ENV:
+        raise ValueError(f"the field 'env' must be a JSON object of at most {MAX_ENV} settings, got {shown(env)}")
+    for name, value in env.items():
+        if not ENV_NAME.fullmatch(name):
+            raise ValueError(f"the field 'env' names {shown(name)}, not an environment variable's name")
+        if not (isinstance(value, str) and one_line(value) and len(value) <= 256):
+            raise ValueError(f"the field 'env' sets {name} to {shown(value)}, not one short line of text")
 
 
 def one_line(value: object) -> bool:

@@ -76,6 +76,18 @@ class Impl:
         """Case fields the implementation fixes (a model class built once for one head); empty if none."""
         return dict(getattr(self.fn, "head", None) or {})
 
+    def why_unavailable(self) -> str | None:
+        """What it needs that this machine lacks (an engine, a device, a communicator), or None: ``fn.needs()``,
+        where the implementation declares it.  Where it says something, a run here would judge other code than
+        the one named, so a replay refuses to judge rather than read a pass as a fix."""
+        needs = getattr(self.fn, "needs", None)
+        return needs() if needs is not None else None
+
+    @property
+    def env(self) -> tuple[str, ...]:
+        """The environment variables that change what it runs (``fn.env``): a repro file records their values."""
+        return tuple(getattr(self.fn, "env", ()))
+
     def start(self, group: object) -> None:
         """Its once-per-process start-up (``fn.start(group)``, if any), run before its first task and
         outside the collective timeout: an engine's imports and distributed set-up take seconds."""
@@ -127,3 +139,12 @@ def load_impl(spec: str) -> Impl:
     if not callable(fn):
         raise ValueError(f"--impl {spec!r}: {attr} is not callable")
     return Impl(spec, fn)
+
+
+def runnable(impl: Impl) -> Impl:
+    """``impl``, or a ValueError that names what it needs and this machine lacks (:meth:`Impl.why_unavailable`):
+    a replay without it would judge other code, so it is not run."""
+    why = impl.why_unavailable()
+    if why:
+        raise ValueError(f"--impl {impl}: cannot be judged here: {why}")
+    return impl

@@ -1,7 +1,8 @@
 """The published vLLM conformance page: what ``tpargmax report`` renders from its JSON, backed by repro files.
 
 The page and its JSON are checked on any machine; replaying vLLM's failures needs vLLM (skipped without it,
-with the install command as the reason).
+with the install command as the reason).  A file recorded on vLLM's shared-memory communicator is replayed on it
+or not judged: exit 2 where its environment or the communicator is missing, never a pass.
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from engines.vllm import layer
 from engines.vllm.layer import INSTALL_HINT, SHM_ENV, shm_unavailable, vllm_available
 from properties import repro
 from tests.suite import verdicts
+from tests.test_hostile_input import one_line
+from tpargmax.cli import main as tpargmax
 from tpargmax.report_page import render
+from tpargmax.report_subjects import static_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "conformance" / "vllm-0.32.0.md"
@@ -67,11 +72,72 @@ def replay_groups() -> dict[tuple, list[str]]:
 GROUPS = replay_groups()
 
 
+def shared_memory_files() -> list[str]:
+    """The repro files only the rows on vLLM's shared-memory communicator name (a corrected twin's file may be the
+    plain row's: its case fails on both communicators, and it was recorded on torch.distributed)."""
+    shared, plain = set(), set()
+    for row, fail in failures("vLLM"):
+        if fail["repro_file"]:
+            (shared if row["env"].get(SHM_ENV) == "1" else plain).add(fail["repro_file"])
+    return sorted(shared - plain)
+
+
+SHARED = shared_memory_files()
+
+
+def test_the_shared_memory_files_record_the_environment_they_failed_in():
+    assert len(SHARED) == 4, SHARED
+    for file in SHARED:
+        assert repro.load(ROOT / file)[0].get("env") == {SHM_ENV: "1"}, file
+
+
+def test_without_its_environment_a_shared_memory_file_is_not_judged(monkeypatch, capsys):
+    """Run on torch.distributed, where int64 travels, V10's files would read as fixed: exit 2, one line each."""
+    monkeypatch.delenv(SHM_ENV, raising=False)
+    assert tpargmax(["repro", *(str(ROOT / f) for f in SHARED)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "", captured.out
+    lines = captured.err.splitlines()
+    assert len(lines) == len(SHARED), captured.err
+    for file, line in zip(SHARED, lines, strict=True):
+        assert f"{file}: it was recorded with {SHM_ENV}=1 in the environment" in line, line
+        assert f"replay it as `{SHM_ENV}=1 tpargmax repro {ROOT / file}`" in line, line
+
+
+def test_on_a_cpu_without_the_communicator_a_shared_memory_file_is_not_judged(monkeypatch, capsys):
+    """vLLM installed (or made to look so) on an x86 CPU without AVX-512, where vLLM 0.32.0 never starts its
+    shared-memory communicator: each file is named with the reason and vLLM is never run."""
+    import platform
+
+    import torch
+
+    monkeypatch.setenv(SHM_ENV, "1")
+    monkeypatch.setattr(layer, "vllm_available", lambda: True)
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_supported", lambda: False)
+    for file in SHARED:
+        assert tpargmax(["repro", str(ROOT / file)]) == 2, file
+        captured = capsys.readouterr()
+        assert captured.out == "", captured.out
+        why = "vLLM's shared-memory CPU communicator needs AVX-512 on x86, which this CPU lacks"
+        assert why in one_line(captured.err) and file in captured.err, captured.err
+
+
+def test_the_report_skips_the_shared_memory_rows_where_the_communicator_cannot_start(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(layer, "vllm_available", lambda: True)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_supported", lambda: False)
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    rows = [(s, run) for run in static_runs() for s in run.subjects if dict(run.env).get(SHM_ENV) == "1"]
+    assert len(rows) == 2  # the original and its corrected twin
+    for subject, _ in rows:
+        assert subject.why_not(True) == shm_unavailable(), subject.label
+
+
 @pytest.mark.skipif(not vllm_available(), reason=INSTALL_HINT)
 @pytest.mark.parametrize("env", sorted(GROUPS), ids=lambda env: " ".join(f"{k}={v}" for k, v in env) or "plain")
 def test_vllm_failures_still_fail_on_replay_with_the_rule_they_recorded(env):
-    if dict(env).get(SHM_ENV) == "1" and shm_unavailable():
-        pytest.skip(shm_unavailable())
     files = GROUPS[env]
     out = subprocess.run(
         [sys.executable, "-m", "tpargmax", "repro", *files, "--collective-timeout", "60"],
@@ -81,6 +147,11 @@ def test_vllm_failures_still_fail_on_replay_with_the_rule_they_recorded(env):
         text=True,
         timeout=900,
     )
+    if dict(env).get(SHM_ENV) == "1" and (why := shm_unavailable()):  # not judged on this CPU: each file says so
+        assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-2000:]
+        assert "STILL FAILING" not in out.stdout and "fixed" not in out.stdout, out.stdout[-3000:]
+        assert all(any(f in line and why in line for line in out.stderr.splitlines()) for f in files), out.stderr
+        return
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]
     said = verdicts(out.stdout, files)
     recorded = {f: f"[{json.loads((ROOT / f).read_text())['rule']}]" for f in files}

@@ -1,6 +1,8 @@
-"""Every failure on a conformance page is claimed by exactly one cause, consequence or reason, and no claim is stale.
+"""Every failure on a conformance page is claimed by exactly one cause, consequence or reason, and no claim is stale;
+every cause is shown by a failure of the run or a standalone reproduction, or the page says it is not.
 
-Runs without the engine: the page's JSON and the findings are data.
+Runs without the engine: the page's JSON and the findings are data.  That each reproduction exits 1 with the engine
+installed is tests/test_standalone.py's and tests/test_sampling_conformance.py's to check.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from engines import sampling_findings
 from engines.findings import failure_key
 from engines.vllm.findings import FINDINGS, PAGE
 from tests.suite import ROOT
+from tpargmax import findings_page
 from tpargmax.report_page import _failures
 
 PAGES = {PAGE: FINDINGS, sampling_findings.PAGE: sampling_findings.FINDINGS}
@@ -26,6 +29,36 @@ def test_every_failure_is_claimed_once_and_no_claim_is_stale(page):
     assert len(keys) == len(set(keys)), "two failures share a key"
     assert sorted(set(keys) - set(claims)) == [], "failures no cause or reason claims"
     assert sorted(set(claims) - set(keys)) == [], "claims of failures the page no longer has"
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_cause_is_shown_by_a_failure_of_the_run_or_a_reproduction(page):
+    """A cause without evidence on the page is a claim the run did not show: a failure it claims on a row of the
+    engine's own code (a corrected row runs the project's corrections too), or a script in the checkout that
+    reproduces it with the engine alone."""
+    data = json.loads((ROOT / f"{page}.json").read_text(encoding="utf-8"))
+    keys = {failure_key(row, test, fail) for _, row, test, fail in _failures(data) if not row.get("corrects")}
+    unshown = [cause.id for cause in PAGES[page].causes if not findings_page.shown(cause, keys)]
+    assert unshown == [], f"causes with no failure on {page}.md and no reproduction: {unshown}"
+    scripts = [cause.script for cause in PAGES[page].causes if cause.script]
+    assert [s for s in scripts if not (ROOT / s).is_file()] == [], "reproductions named but not in the checkout"
+    assert findings_page.NOT_SHOWN not in (ROOT / f"{page}.md").read_text(encoding="utf-8")
+
+
+def test_a_cause_shown_by_nothing_reads_not_shown():
+    from tpargmax.report_page import _failures
+
+    data = {"rows": [_row("a", "failed", "r1")]}
+    findings = _findings(("a-r1",), ())
+    failures = _failures(data)
+    text = "\n".join(findings_page.section(data, failures, findings, findings.claims()))
+    assert text.count(findings_page.NOT_SHOWN) == 2, text  # the table's cell and the cause's own Failures line
+    shown_by_a_corrected_row_only = {"rows": [*data["rows"], _row("a (corrected)", "failed", "r2", corrects="a")]}
+    findings = _findings(("a-r1",), ("a (corrected)-r2",))
+    failures = _failures(shown_by_a_corrected_row_only)
+    text = "\n".join(findings_page.section(shown_by_a_corrected_row_only, failures, findings, findings.claims()))
+    assert f"{findings_page.NOT_SHOWN}; corrected rows: F2" in text, text
+    assert "| [C0](#c0) t | wrong only for inputs no shipped model produces | F1 |" in text, text
 
 
 def _row(name, outcome, rule="", corrects=""):

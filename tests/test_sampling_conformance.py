@@ -7,12 +7,14 @@ install-samplers``), and skips without it with that command as the reason.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from engines import sampling_findings, sglang_sampling
 from engines.vllm import triton_files
@@ -65,6 +67,47 @@ SCRIPTS = sorted((ROOT / "docs" / "conformance" / "sampling").glob("*.py"))
 def test_every_standalone_script_is_a_causes_and_every_causes_exists():
     named = {cause.script for cause in sampling_findings.CAUSES if cause.script}
     assert named == {str(path.relative_to(ROOT)) for path in SCRIPTS}
+
+
+# the hand-written reproductions: the samplers' and SGLang's page's (vLLM's are generated: tests/test_standalone.py)
+HAND_WRITTEN = SCRIPTS + sorted((ROOT / "docs" / "conformance" / "sglang-0.5.23").glob("*.py"))
+NEEDS_A_DEVICE = {"vllm_gumbel", "vllm_dflash2_cache_out_of_row", "sglang_lilicorr_neg_inf_ids", "nan_row_argmax"}
+
+
+def run_script(script, **env):
+    """The script as a user runs it, from its folder, with the engine alone (not the project) on the path."""
+    env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}, **env}
+    return subprocess.run(
+        [sys.executable, str(script)], cwd=script.parent, env=env, capture_output=True, text=True, timeout=1800
+    )
+
+
+@pytest.mark.parametrize("script", HAND_WRITTEN, ids=[path.stem for path in HAND_WRITTEN])
+def test_each_standalone_script_says_what_exit_2_means(script):
+    doc = " ".join(ast.get_docstring(ast.parse(script.read_text(encoding="utf-8"))).split())
+    assert "Exit 2, with one line saying what is missing, means it cannot be judged here" in doc, script.name
+
+
+@pytest.mark.parametrize("script", HAND_WRITTEN, ids=[path.stem for path in HAND_WRITTEN])
+def test_without_its_packages_a_script_says_so_in_one_line_and_exits_2(script):
+    """Made so here, whatever this machine has: no torch, engine or Triton.  No traceback, no verdict."""
+    fixture = ROOT / "tests" / "fixtures" / "without_engines"
+    out = run_script(script, PYTHONPATH=str(fixture), WITHOUT="torch,vllm,sglang,triton")
+    assert out.returncode == 2, out.stdout + out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert len(lines) == 1 and ": cannot be judged here: torch, " in lines[0], out.stdout
+    assert lines[0].endswith("not installed") and out.stderr == "", out.stdout + out.stderr
+
+
+@pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the scripts judge on this machine's CUDA device")
+@pytest.mark.parametrize("script", [p for p in HAND_WRITTEN if p.stem in NEEDS_A_DEVICE], ids=lambda p: p.stem)
+def test_a_kernel_script_without_a_device_or_the_interpreter_exits_2(script):
+    out = run_script(script)  # TRITON_INTERPRET taken out, and no CUDA device here
+    assert out.returncode == 2, out.stdout + out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    why = ": cannot be judged here: no CUDA device: run it with TRITON_INTERPRET=1 (on the CPU)"
+    assert len(lines) == 1 and lines[0].endswith(why), out.stdout
 
 
 @pytest.mark.skipif(MISSING is not None, reason=MISSING or "")

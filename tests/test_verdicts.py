@@ -1,5 +1,6 @@
-"""Verdicts nothing can fake: a received file runs none of the code shipped beside it, and an implementation that
-tries to end the run is a failure, never "fixed" or a pass.
+"""Verdicts nothing can fake: a received file runs none of the code shipped beside it, an implementation that
+tries to end the run is a failure, never "fixed" or a pass, and a file whose precondition is not here (the
+environment it failed in, what its implementation needs) is not judged at all: exit 2, one line.
 
 Exit 0 from ``tpargmax repro`` closes a bug.  Every run here whose implementation could end a process with
 ``os._exit`` runs in a subprocess of its own, so a guard that stops working shows up as a wrong exit code and never
@@ -31,10 +32,12 @@ from tpargmax.cli import main as tpargmax
 CASE = Case(batch=2, hidden=3, vocab=7, tp=2, bias=True)
 
 
-def record(directory: Path, impl: str, backend: str = "sim", prop: str = TOKEN_EXACT, **extra: object) -> Path:
-    """A valid repro file of ``CASE`` that names ``impl`` (run on ``backend``)."""
+def record(
+    directory: Path, impl: str, backend: str = "sim", prop: str = TOKEN_EXACT, env: dict | None = None, **extra: object
+) -> Path:
+    """A valid repro file of ``CASE`` that names ``impl`` (run on ``backend``, in the environment ``env``)."""
     failure = {"inputs": runner.prepare(CASE, backend), "property": prop, "rule": "r", "impl": impl, "extra": extra}
-    return repro.write(directory, failure, test=f"test_{uuid.uuid4().hex[:6]}")
+    return repro.write(directory, {**failure, "env": env or {}}, test=f"test_{uuid.uuid4().hex[:6]}")
 
 
 # --- a received bundle: a repro file and a module beside it -------------------------------------------------
@@ -217,3 +220,112 @@ def test_the_guard_leaves_os_exit_to_everything_else():
     )
     out = run([sys.executable, "-c", code])
     assert out.returncode == 3 and out.stdout.strip() == "7", out.stdout + out.stderr
+
+
+# --- a precondition that is not here: not judged ------------------------------------------------------------------
+
+SETTING = "TPARGMAX_TEST_COMMUNICATOR"  # an environment variable nothing reads: only the record's comparison
+
+
+def test_a_file_recorded_in_another_environment_is_not_judged(tmp_path, monkeypatch, capsys):
+    """Without the settings it failed under, the ranks would run other code (vLLM's torch.distributed gather for
+    its shared-memory one): exit 2 and one line that says how to replay it; with them, it is judged."""
+    path = record(tmp_path, "vllm_pairs", env={SETTING: "1"})
+    assert json.loads(path.read_text())["env"] == {SETTING: "1"}
+    monkeypatch.delenv(SETTING, raising=False)
+    assert tpargmax(["repro", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and one_line(captured.err), captured
+    assert f"recorded with {SETTING}=1 in the environment" in captured.err, captured.err
+    assert f"replay it as `{SETTING}=1 tpargmax repro {path}`" in captured.err, captured.err
+    monkeypatch.setenv(SETTING, "2")
+    assert tpargmax(["repro", str(path)]) == 2  # another value is another environment
+    capsys.readouterr()
+    monkeypatch.setenv(SETTING, "1")
+    assert tpargmax(["repro", str(path)]) == 0  # vllm_pairs holds the property: judged, and fixed
+    assert "fixed: the property holds" in capsys.readouterr().out
+
+
+def test_a_file_records_the_settings_its_implementation_reads(tmp_path, monkeypatch):
+    """``fn.env`` names them; what this run set of them goes into the record, and into the file's name."""
+    from properties.diagnose import env_of
+    from sharded.impls import Impl
+
+    def reads_a_setting(**kwargs):
+        return vllm_pairs(**kwargs)
+
+    reads_a_setting.env = (SETTING,)
+    impl = Impl("x:reads_a_setting", reads_a_setting)
+    monkeypatch.delenv(SETTING, raising=False)
+    assert env_of(impl) == {} and env_of("vllm_pairs") == {}
+    plain = record(tmp_path, "vllm_pairs", env=env_of(impl))
+    monkeypatch.setenv(SETTING, "1")
+    assert env_of(impl) == {SETTING: "1"}
+    shared = record(tmp_path, "vllm_pairs", env=env_of(impl))
+    assert "env" not in json.loads(plain.read_text()) and json.loads(shared.read_text())["env"] == {SETTING: "1"}
+    assert plain.name != shared.name  # a run on other code keeps its own file
+
+
+@pytest.mark.parametrize(
+    "env, says",
+    [
+        (["TPARGMAX_VLLM_SHM"], "the field 'env' must be a JSON object"),
+        ({"lower_case": "1"}, "not an environment variable's name"),
+        ({"LD_PRELOAD": 1}, "not one short line of text"),
+        ({"TPARGMAX_VLLM_SHM": "1\x1b[2J"}, "not one short line of text"),
+        ({f"V{n}": "1" for n in range(9)}, "at most 8 settings"),
+    ],
+)
+def test_a_recorded_environment_is_checked_as_data(tmp_path, env, says, capsys):
+    """A received file's ``env`` is compared, never applied; anything but short settings is a damaged file."""
+    path = record(tmp_path, "vllm_pairs")
+    path.write_text(json.dumps({**json.loads(path.read_text()), "env": env}))
+    assert tpargmax(["repro", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and says in one_line(captured.err), captured.err
+
+
+def needs_a_device(**kwargs):
+    return vllm_pairs(**kwargs)
+
+
+needs_a_device.needs = lambda: "a device this test says the machine lacks"
+
+
+def test_an_implementation_that_needs_what_the_machine_lacks_is_not_judged(tmp_path, capsys):
+    """Its ``fn.needs`` says what is missing: the replay stops before it runs, exit 2 and one line (the case replay
+    too), however the file or the command names it."""
+    path = record(tmp_path, f"{HERE}:needs_a_device")
+    assert tpargmax(["repro", str(path), "--trust-recorded-impl"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and one_line(captured.err), captured
+    assert f"--impl {HERE}:needs_a_device: cannot be judged here: a device this test says" in captured.err
+    top1 = record(tmp_path, "topk_pairs", prop=TOP_K_TOP1, k=2, argmax_impl=f"{HERE}:needs_a_device")
+    assert tpargmax(["repro", str(top1), "--trust-recorded-impl"]) == 2  # the argmax a top-1 find is judged against
+    assert "cannot be judged here" in one_line(capsys.readouterr().err)
+    out = run([sys.executable, "-m", "properties.replay", "--impl", f"{HERE}:needs_a_device", repr(CASE)])
+    assert out.returncode == 2 and out.stdout == "", out.stdout + out.stderr
+    assert "cannot be judged here: a device this test says the machine lacks" in one_line(out.stderr)
+
+
+@pytest.mark.parametrize(
+    "machine, avx512, says",
+    [
+        ("x86_64", False, "needs AVX-512 on x86, which this CPU lacks"),
+        ("x86_64", True, None),
+        ("aarch64", False, None),
+        ("riscv64", True, "no shared-memory CPU communicator on this CPU (riscv64)"),
+    ],
+)
+def test_where_vllm_can_start_its_shared_memory_communicator(monkeypatch, machine, avx512, says):
+    """vLLM 0.32.0's own choice: on x86 its AVX-512 kernels hold the shared-memory manager, its AVX2 ones do not."""
+    import platform
+
+    import torch
+
+    from engines.vllm.shm import shm_unavailable
+
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_supported", lambda: avx512)
+    why = shm_unavailable()
+    assert (why is None) if says is None else (says in why), why

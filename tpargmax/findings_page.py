@@ -64,8 +64,11 @@ def _correction(data: dict[str, Any], failures: list[Failure], claims: Claims, c
 
 def section(data: dict[str, Any], failures: list[Failure], findings: Findings, claims: Claims) -> list[str]:
     """The root causes, as the page opens: a short table, then each cause and reason in full.  Counts and lists
-    are of the original rows' failures; what the corrected rows still fail is in the correction column."""
+    are of the original rows' failures; what the corrected rows still fail is in the correction column, and the
+    corrected rows' failures a cause claims are listed as theirs (the defect left in place by the other causes'
+    corrections).  A cause with no failure of the original rows and no reproduction reads "not shown"."""
     proof, failures = failures, [f for f in failures if not f[1].get("corrects")]
+    keys = {failure_key(r, t, f) for _, r, t, f in failures}
     kinds = [type(claims.get(failure_key(r, t, f))) for n, r, t, f in failures]
     by_cause, by_reason = kinds.count(Cause), kinds.count(Reason)
     corrections = {cause.id: _correction(data, proof, claims, cause) for cause in findings.causes}
@@ -75,9 +78,11 @@ def section(data: dict[str, Any], failures: list[Failure], findings: Findings, c
         f"{len(failures)} failures: {by_cause} come from {len(findings.causes)} defects in {findings.engine}'s code "
         f"(the causes below; a failure that follows from a defect through other code is listed as its consequence), "
         f"{by_reason} are by design or outside the contract ([reasons](#by-design-or-outside-the-contract)). "
-        "Each cause has a standalone reproduction, a script that needs only the engine, and a correction: the "
-        "project's own code patched over the defective method, run through the same properties as the corrected "
-        "row beside the original.",
+        "Each cause is shown by failures of this run, by a standalone reproduction (a script that needs only the "
+        "engine: exit 1 while the defect is there, 0 once it is gone, and 2, with one line saying what is missing, "
+        "where it cannot be judged on the machine it runs on), or by both; a cause shown by neither says so. A "
+        "correction is the project's own code patched over the defective method, run through the same properties "
+        "as the corrected row beside the original.",
         "",
         "| cause | severity | failures | reaches | reproduction | correction |",
         "|---|---|---|---|---|---|",
@@ -85,7 +90,18 @@ def section(data: dict[str, Any], failures: list[Failure], findings: Findings, c
     for cause in findings.causes:
         direct = numbers_of(failures, cause.failures)
         follow = numbers_of(failures, tuple(k for c in cause.consequences for k in c.failures))
-        listed = "; ".join(filter(None, (", ".join(direct), "follows: " + ", ".join(follow) if follow else "")))
+        fixed = on_corrected_rows(proof, cause)
+        listed = "; ".join(
+            filter(
+                None,
+                (
+                    ", ".join(direct),
+                    "follows: " + ", ".join(follow) if follow else "",
+                    "corrected rows: " + ", ".join(fixed) if fixed else "",
+                ),
+            )
+        )
+        listed = listed if shown(cause, keys) else "; ".join(filter(None, (NOT_SHOWN, listed)))
         name = cause.script.rsplit("/", 1)[-1]
         script = f"[{name}]({_relative(cause.script, findings.page)})" if cause.script else "—"
         out.append(
@@ -97,7 +113,11 @@ def section(data: dict[str, Any], failures: list[Failure], findings: Findings, c
         out += [f"### {cause.id}", "", f"**{cause.title}**", "", f"- **Where:** `{cause.where}`"]
         out += [f"- **Severity:** {SEVERITIES[cause.severity]}. **Reaches:** {cause.reaches}"]
         out += ["- **Evidence:**"] + [f"  - `{line}`" for line in cause.evidence]
-        out += [f"- **Why:** {cause.why}", f"- **Failures:** {', '.join(numbers_of(failures, cause.failures)) or '—'}"]
+        fixed = on_corrected_rows(proof, cause)
+        listed = ", ".join(numbers_of(failures, cause.failures)) or "—"
+        listed += f" (on the corrected rows: {', '.join(fixed)})" if fixed else ""
+        listed = listed if shown(cause, keys) else f"{NOT_SHOWN}; {listed}"
+        out += [f"- **Why:** {cause.why}", f"- **Failures:** {listed}"]
         for consequence in cause.consequences:
             listed = ", ".join(numbers_of(failures, consequence.failures))
             out.append(f"- **Consequence:** {consequence.title}: {listed}")
@@ -111,6 +131,21 @@ def section(data: dict[str, Any], failures: list[Failure], findings: Findings, c
         out += [f"### {reason.id}", "", f"**{reason.title}**", "", reason.why, ""]
         out += [f"Failures: {', '.join(numbers_of(failures, reason.failures))}.", ""]
     return out
+
+
+NOT_SHOWN = "not shown: no failure of the engine's own rows in this run, and no reproduction"
+
+
+def on_corrected_rows(failures: list[Failure], cause: Cause) -> list[str]:
+    """The numbers of the corrected rows' failures that ``cause`` claims: the defect still there under the
+    corrections of the others (a NaN the corrected reduction still drops, exactly k candidates)."""
+    return numbers_of([f for f in failures if f[1].get("corrects")], cause.all_failures)
+
+
+def shown(cause: Cause, keys: set[str]) -> bool:
+    """Whether the page shows ``cause``: a failure of the engine's own code in the run (``keys``: the original rows'
+    failures; a corrected row runs the project's code too) or a standalone reproduction."""
+    return bool(cause.script) or any(key in keys for key in cause.all_failures)
 
 
 def cause_line(claims: Claims, row: dict[str, Any], test: str, fail: dict[str, Any]) -> str:

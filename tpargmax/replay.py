@@ -1,15 +1,18 @@
 """``tpargmax repro FILE``: replay a repro file deterministically and explain what happened.
 
 Exit 0: every file's property holds now; 1: some file still fails; 2: some file could not be replayed
-(damaged, its implementation cannot be loaded, or it names one the project does not ship and the user did not
-vouch for), each named in one line on stderr.  The recorded implementation is imported only if it is a built-in
-(``sharded.impls.shipped``), or with ``--impl`` or ``--trust-recorded-impl``: a file that arrives with a module
-beside it must not run that module because it was replayed.
+(damaged, its implementation cannot be loaded, it names one the project does not ship and the user did not
+vouch for, or what it needs is not here: the environment it was recorded in, an engine, a device, a communicator),
+each named in one line on stderr.  A file that cannot run here is never judged: a pass on other code is not a
+fix.  The recorded implementation is imported only if it is a built-in (``sharded.impls.shipped``), or with
+``--impl`` or ``--trust-recorded-impl``: a file that arrives with a module beside it must not run that module
+because it was replayed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -17,7 +20,7 @@ from groups.devices import check_backend
 from properties import repro, runner
 from properties.diagnose import ImplementationHung, PropertyFailure, explain_tokens
 from properties.sample_plans import SamplePlan
-from sharded.impls import load_impl, shipped
+from sharded.impls import load_impl, runnable, shipped
 
 
 def replay(args: argparse.Namespace) -> int:
@@ -33,9 +36,10 @@ def replay(args: argparse.Namespace) -> int:
             check_backend([inputs.backend], inputs.device)
             if not args.trust_recorded_impl:
                 refuse_unshipped(record, args.impl)
-            impl = load_impl(args.impl or record["impl"])
-            if "argmax_impl" in record.get("extra", {}):  # a top-1 find is judged against it: it must load too
-                load_impl(record["extra"]["argmax_impl"])
+            refuse_other_environment(record, path)
+            impl = runnable(load_impl(args.impl or record["impl"]))
+            if "argmax_impl" in record.get("extra", {}):  # a top-1 find is judged against it: it must run here too
+                runnable(load_impl(record["extra"]["argmax_impl"]))
         except ValueError as exc:  # a damaged file (a DamagedRepro names it), a device or implementation it lacks
             where = "" if isinstance(exc, repro.DamagedRepro) else f"{path}: "
             print(f"tpargmax repro: {where}{' '.join(str(exc).split())}", file=sys.stderr)
@@ -77,3 +81,16 @@ def refuse_unshipped(record: dict, impl: str | None) -> None:
                 f"its {field} {spec!r} is not one the project ships, and a received file's implementation is not "
                 f"imported unasked; to run it on purpose: {option}--trust-recorded-impl"
             )
+
+
+def refuse_other_environment(record: dict, path: Path) -> None:
+    """A ``ValueError`` where the record's ``env`` (the settings its implementation read when it failed) is not this
+    process's: the ranks would run other code (vLLM's torch.distributed gather instead of its shared-memory one), so
+    a pass would say nothing.  Nothing is set here: the rank processes take the environment the command started in."""
+    differ = {k: v for k, v in record.get("env", {}).items() if os.environ.get(k) != v}
+    if differ:
+        settings = " ".join(f"{k}={v}" for k, v in differ.items())
+        raise ValueError(
+            f"it was recorded with {settings} in the environment and this replay runs without it, on other code; "
+            f"replay it as `{settings} tpargmax repro {path}`"
+        )

@@ -91,6 +91,7 @@ def twin(subject: Subject) -> Subject:
         f"{subject.label} (corrected)",
         vllm=True,
         corrects=subject.label,
+        needs=subject.needs,
     )
 
 
@@ -103,7 +104,9 @@ def static_runs() -> list[Run]:
     topk = Subject("vllm_topk", layer, topk_note, vllm=True)
     logprobs = Subject("vllm_topk_logprobs", layer, "get_top_k_tokens(return_log_probs=True)", vllm=True)
     shm_note = "get_top_k_tokens on vLLM's shared-memory CPU communicator (TPARGMAX_VLLM_SHM=1)"
-    shm = Subject("vllm_topk", layer, shm_note, name="vllm_topk (CPU SHM)", vllm=True)
+    # skipped, with the reason, where vLLM cannot start that communicator: it would gather through torch.distributed
+    shm_needs = "engines.vllm.layer:why_shm_unavailable"
+    shm = Subject("vllm_topk", layer, shm_note, name="vllm_topk (CPU SHM)", vllm=True, needs=shm_needs)
     shm_env = ((SHM_ENV, "1"),)
     return [
         Run(

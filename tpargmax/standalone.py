@@ -9,6 +9,7 @@ project.  ``--check`` exits 1 where a committed script is not what this would wr
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import sys
 import textwrap
@@ -18,6 +19,7 @@ from string import Template
 
 import torch
 
+from engines.vllm import shm
 from engines.vllm import standalone as templates
 from engines.vllm.findings import FINDINGS
 from properties.case_tensors import build
@@ -161,7 +163,8 @@ def render(script: templates.Script, root: Path = ROOT) -> str:
     else:
         ident = 'f"{store}-{r}"'
         ident_comment = "# a name per rank: no shared-memory communicator; collectives go through gloo"
-    intro = Template(templates.INTRO).substitute(stem=script.stem, tp=tp, call=kind.call)
+    unjudged = templates.SHM_UNJUDGED if kind.shared_memory else ""
+    intro = Template(templates.INTRO).substitute(stem=script.stem, tp=tp, call=kind.call, unjudged=unjudged)
     paragraphs = [f"{cause.id}: {cause.title}.", intro, src.text + reductions(script, src), script.note]
     doc = "\n\n".join(_docstring_lines(text) for text in paragraphs if text)
     return templates.SCRIPT.substitute(
@@ -174,7 +177,24 @@ def render(script: templates.Script, root: Path = ROOT) -> str:
         ident=ident,
         ident_comment=ident_comment,
         agree=kind.agree,
+        unjudged=templates.UNJUDGED,
+        **preconditions(kind),
     )
+
+
+def preconditions(kind: templates.Kind) -> dict[str, str]:
+    """The template's checks of what the script needs: for the shared-memory kind, :mod:`engines.vllm.shm`'s two
+    functions written out (the one place that knows when vLLM starts that communicator), called before the ranks
+    start and, in each rank, after vLLM's answer."""
+    if not kind.shared_memory:
+        return {"static": "None", "functions": "", "after": ""}
+    functions = "".join(f"\n\n{inspect.getsource(f)}" for f in (shm.shm_unavailable, shm.shm_not_in_use))
+    after = (
+        "        why = shm_not_in_use()  # the communicator vLLM gathered through for that answer\n"
+        "        if why is not None:\n"
+        "            result = UNJUDGED + why\n"
+    )
+    return {"static": "shm_unavailable()", "functions": functions, "after": after}
 
 
 def path_of(script: templates.Script, root: Path = ROOT) -> Path:

@@ -70,8 +70,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from engines.vllm import layer
 from engines.vllm.gumbel import _on_kernel_device, vllm_noise
-from engines.vllm.layer import start_vllm, vllm_head
+from engines.vllm.layer import SHM_ENV, start_vllm, vllm_head
 from engines.vllm.triton_files import DFLASH2, LAUNCH, interpreting, vllm_dir, why_unavailable
 from reference.sampling import SamplingParams
 from sharded.group import TPGroup
@@ -306,6 +307,11 @@ def vllm_dflash2_sampler_corrected(
     return _sample(_fixed_top_k, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t)
 
 
+def _needs() -> str | None:
+    """What the subjects lack here: vLLM's Triton files and a device or the interpreter, then what its head does."""
+    return why_unavailable() or layer.why_unavailable()
+
+
 for _fn in (vllm_dflash2_sampler, vllm_dflash2_sampler_corrected):
     _fn.noise = vllm_noise(drafting=True)
     _fn.masks = ("top_k",)
@@ -313,3 +319,5 @@ for _fn in (vllm_dflash2_sampler, vllm_dflash2_sampler_corrected):
     _fn.head = HEAD
     _fn.process_bound = True
     _fn.start = _start
+    _fn.needs = _needs
+    _fn.env = (SHM_ENV,)

@@ -114,6 +114,7 @@ def _gumbel(keys_by_id: bool, name: str, reduce=_by_rank):
     impl.__name__ = impl.__qualname__ = name
     impl.noise, impl.masks = vllm_noise(), False
     impl.start = lambda group: _kernels()  # loads vLLM's file and builds nothing else: outside the timeout
+    impl.needs = why_unavailable  # vLLM's Triton file, and a GPU or Triton's interpreter
     return impl
 
 

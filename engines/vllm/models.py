@@ -24,7 +24,7 @@ import torch
 
 from engines.vllm import dense, eagle, gemma4, mtp, topk
 from engines.vllm.build import Built, Subject
-from engines.vllm.layer import start_vllm
+from engines.vllm.layer import SHM_ENV, start_vllm, why_unavailable
 
 SUBJECTS: dict[str, Subject] = {**dense.SUBJECTS, **eagle.SUBJECTS, **mtp.SUBJECTS, **gemma4.SUBJECTS, **topk.SUBJECTS}
 
@@ -132,6 +132,8 @@ def _impl(name: str, path: str) -> Callable[..., Any]:
     fn.__doc__ = f"vLLM's {subject.cls}.{path} ({subject.how})"
     fn.process_bound = True
     fn.start = start
+    fn.needs = why_unavailable  # vLLM, and its shared-memory communicator where TPARGMAX_VLLM_SHM=1
+    fn.env = (SHM_ENV,)
     fn.head = dict(subject.head)
     fn.how = subject.how
     if path == "get_top_k_tokens":

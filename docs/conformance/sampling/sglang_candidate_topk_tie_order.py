@@ -11,7 +11,9 @@ values: here it returns rank 1's tied maximum before rank 0's.  At tp 1 the same
 Standalone: needs torch and the sglang 0.5.23 wheel (``pip install --no-deps sglang==0.5.23``); triton for the
 wheel file's imports.  The gather (``tensor_model_parallel_all_gather(t, dim=-1)``: every rank's ``t``
 concatenated in rank order) is done in one process; lines L144-149 are restated below.  The local top-k is
-``_topk_lse_torch`` (what ``lilicorr_topk_lse`` runs on CPU tensors).  Exit status 1 while tp 1 and tp 4 differ.
+``_topk_lse_torch`` (what ``lilicorr_topk_lse`` runs on CPU tensors).  Exit status 1 while tp 1 and tp 4 differ, 0
+once they agree.  Exit 2, with one line saying what is missing, means it cannot be judged here: a package is not
+installed (no device is needed).
 
     python sglang_candidate_topk_tie_order.py
 """
@@ -22,7 +24,23 @@ import sys
 import types
 from pathlib import Path
 
-import torch
+try:
+    import torch
+except ImportError:  # checked by cannot_judge()
+    torch = None
+
+UNJUDGED = "S1: cannot be judged here: "  # exit 2, one line: what this machine lacks
+NEEDS = {
+    "torch": "torch",
+    "sglang": "the sglang 0.5.23 wheel (pip install --no-deps sglang==0.5.23)",
+    "triton": "triton (lilicorr.py imports it)",
+}
+
+
+def cannot_judge() -> str | None:
+    """What this machine lacks to run the reproduction (exit 2), or None."""
+    missing = [what for name, what in NEEDS.items() if importlib.util.find_spec(name) is None]
+    return f"{', '.join(missing)} not installed" if missing else None
 
 
 def load_lilicorr() -> types.ModuleType:
@@ -37,6 +55,9 @@ def load_lilicorr() -> types.ModuleType:
 
 
 def main() -> int:
+    if (why := cannot_judge()) is not None:
+        print(UNJUDGED + why)
+        return 2
     lilicorr = load_lilicorr()
     k = 1
     tp = 4

