@@ -193,7 +193,7 @@ def observed(inputs: Inputs, params: SamplingParams, drawn: Drawn) -> Observed:
     loose = _boundary(inputs, params.to("cpu"))
     kept = None if drawn.kept is None else kept_masks(drawn.kept, loose.shape[1])
     log_probs = None if drawn.log_probs is None else drawn.log_probs.cpu()
-    return Observed(params.to("cpu"), drawn.tokens.cpu(), kept, log_probs, loose)
+    return Observed(params.to("cpu"), drawn.tokens.cpu(), kept, log_probs, loose, oracle_target_logits(inputs)[0])
 
 
 def subject_of(impl: Impl, inputs: Inputs, prop: str) -> Subject:

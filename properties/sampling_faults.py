@@ -126,6 +126,13 @@ class Observed:
     kept: torch.Tensor | None
     log_probs: torch.Tensor | None
     loose: torch.Tensor
+    logits: torch.Tensor  # the oracle's logits by target id, ``[B, V_target]``
+
+    def rows(self, rows: list[int]) -> Observed:
+        """The run's ``rows`` alone."""
+        cut = lambda t: None if t is None else t[rows]  # noqa: E731
+        return Observed(self.params.rows(rows), *(cut(t) for t in (self.tokens, self.kept, self.log_probs)),
+                        self.loose[rows], self.logits[rows])  # fmt: skip
 
 
 Agrees = Callable[[Prediction, Observed, int], bool]  # a prediction reproduces a run's row, as a property judges
@@ -325,10 +332,16 @@ def candidates(
     claim: ``(rule, variant)`` in the order of :data:`MODELS`."""
     found = []
     classic = variant_sample(inputs, params, subject.noise, Variant())
+    wrong = [r for r in rows if not agrees(classic, seen, r)]
+    # a model must reproduce the first row the classic sampler gets wrong: tried on that row alone first, it costs
+    # a row's work to refute, not a batch's
+    lead = (inputs.with_rows(wrong[:1]), params.rows(wrong[:1]), seen.rows(wrong[:1])) if wrong else None
     for rule, model in MODELS:
         if (model.key == "draft" and inputs.d2t is None) or (model.candidates_only and not subject.candidates):
             continue
         for variant in instances(model, params):
+            if lead is not None and not agrees(variant_sample(lead[0], lead[1], subject.noise, variant), lead[2], 0):
+                continue
             prediction = variant_sample(inputs, params, subject.noise, variant)
             if all(agrees(prediction, seen, r) for r in rows) and _claim(variant, inputs, params, seen, classic, rows):
                 found.append((rule, variant))

@@ -15,7 +15,7 @@ from properties.runner import oracle_target_logits
 from properties.sample_plans import SamplePlan, plan_fields
 from properties.sampling import noise_of, observed, oracle_sample, run_sampler, subject_of
 from properties.sampling_experiments import name_fault
-from properties.sampling_faults import PER_SHARD
+from properties.sampling_faults import PER_SHARD, Observed, Prediction
 from reference.sampling import log_probs, scaled
 from sharded.impls import Impl
 
@@ -43,18 +43,14 @@ def _magnitudes(full: torch.Tensor, x: torch.Tensor, exact: torch.Tensor) -> tor
     return torch.maximum(exact.abs().nan_to_num(0.0, 0.0, 0.0), torch.stack(largest, dim=1))
 
 
-def same_log_probs(full: torch.Tensor):
-    """Agreement for the fault models: the model's token on a row, and both its log-probabilities within
-    :data:`LOG_PROB_ULPS` of the run's (``full``: the oracle's logits by target id)."""
-
-    def agrees(prediction, seen, row: int) -> bool:
-        if int(prediction.tokens[row]) != int(seen.tokens[row]) or seen.log_probs is None:
-            return int(prediction.tokens[row]) == int(seen.tokens[row])
-        mine = full[row : row + 1]
-        size = _magnitudes(mine, scaled(mine, seen.params.rows([row])), prediction.log_probs[row : row + 1])[0]
-        return bool((ulps_apart(seen.log_probs[row], prediction.log_probs[row], size) <= LOG_PROB_ULPS).all())
-
-    return agrees
+def same_log_probs(prediction: Prediction, seen: Observed, row: int) -> bool:
+    """Agreement for the fault models: the model's token on ``row``, and both its log-probabilities within
+    :data:`LOG_PROB_ULPS` of the run's."""
+    if int(prediction.tokens[row]) != int(seen.tokens[row]) or seen.log_probs is None:
+        return int(prediction.tokens[row]) == int(seen.tokens[row])
+    mine = seen.logits[row : row + 1]
+    size = _magnitudes(mine, scaled(mine, seen.params.rows([row])), prediction.log_probs[row : row + 1])[0]
+    return bool((ulps_apart(seen.log_probs[row], prediction.log_probs[row], size) <= LOG_PROB_ULPS).all())
 
 
 def check_log_probs(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
@@ -80,7 +76,7 @@ def check_log_probs(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
             row, which = (int(v) for v in bad[0])
             kind = ("raw", "processed")[which]
             subject, seen = subject_of(impl, inputs, SAMPLE_LOG_PROBS), observed(inputs, params, drawn)
-            model = name_fault(inputs, params, subject, seen, list(range(inputs.case.batch)), same_log_probs(full))
+            model = name_fault(inputs, params, subject, seen, list(range(inputs.case.batch)), same_log_probs)
             if model is None:
                 rule = f"{kind} log-probability more than {LOG_PROB_ULPS} float32 ulps from log_softmax in float64"
             else:

@@ -82,8 +82,8 @@ def with_sampling_edges(test):
     return test
 
 
-@with_edge_cases(plan=EDGE_PLAN)
 @with_sampling_edges
+@with_edge_cases(plan=EDGE_PLAN)
 @given(case=cases(spread=True), plan=sample_plans())
 def test_sample_exact(sampling_impl, backend, case, plan):
     check_sample_exact(sampling_impl, prepare(case, backend), plan_for(sampling_impl, plan))
