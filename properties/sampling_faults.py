@@ -228,11 +228,10 @@ def variant_sample(inputs: Inputs, params: SamplingParams, noise: Noise, variant
     one = torch.arange(x.shape[1]).unsqueeze(0) == tokens.unsqueeze(1)  # a greedy row keeps its token alone
     shown = torch.where(greedy.unsqueeze(1), one, by_k if variant.reported_before_top_p else kept)
     lp = log_probs(full, x, shown, tokens, greedy)
-    if variant.per_shard:  # a greedy row's processed log-probability is its raw one
-        which = 0 if variant.per_shard == "raw" else 1
-        values = full.double() if which == 0 else x.double().masked_fill(~shown, -math.inf)
-        at = _per_shard(inputs, values).gather(1, tokens.unsqueeze(1)).squeeze(1)
-        lp[:, which] = torch.where(greedy, lp[:, which], at) if which else at
+    if variant.per_shard:  # over the owner rank's tokens; a greedy row's processed log-probability is its raw one
+        raw = variant.per_shard == "raw"
+        values = full.double() if raw else x.double().masked_fill(~shown, -math.inf)
+        lp[:, 0 if raw else 1] = _per_shard(inputs, values).gather(1, tokens.unsqueeze(1)).squeeze(1)
         lp[:, 1] = torch.where(greedy, lp[:, 0], lp[:, 1])
     return Prediction(tokens, shown, lp)
 
