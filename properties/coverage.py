@@ -29,7 +29,7 @@ from hypothesis.control import currently_in_test_context
 
 from properties.cases import D2T_PLANS, DTYPES, PADDING_PLANS, SPECIAL_PLANS, TIE_PLANS, Inputs
 from reference.logits import head_logits
-from reference.sampling import kept_mask, top_k_mask
+from reference.sampling import top_k_mask, top_p_mask
 from reference.topk import order_keys
 
 SAMPLING_KINDS = (
@@ -162,7 +162,7 @@ def sampling_features(params, vocab: int, x: torch.Tensor) -> list[str]:
         found.add("top-p")
     finite = torch.isfinite(x)
     by_k = top_k_mask(x, k)
-    kept = kept_mask(x, params.to("cpu"))
+    kept = top_p_mask(x, by_k, p)  # top-k's set, then top-p over it: the classic kept set
     if bool((sampled & (finite & ~by_k).any(dim=1)).any()):
         found.add("top-k removed a finite token")
     cut = sampled & (finite & by_k & ~kept).any(dim=1)

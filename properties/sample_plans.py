@@ -90,8 +90,7 @@ def _tied_k(keys: torch.Tensor, generator: torch.Generator) -> int:
 
 def _mass_at(x: torch.Tensor, kept: torch.Tensor, generator: torch.Generator) -> float:
     """A p equal (after rounding to float32) to the share of the kept mass strictly above some kept token."""
-    e = masses(x.unsqueeze(0), kept.unsqueeze(0))
-    above = mass_above(x.unsqueeze(0).masked_fill(~kept.unsqueeze(0), -math.inf), e).squeeze(0)
+    e, above = _masses_above(x, kept)
     shares = (above / e.sum())[kept & (above > 0)]
     if not shares.numel():
         return 0.5

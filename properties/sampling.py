@@ -287,7 +287,8 @@ def check_kept_set(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
         noise = noise_of(impl)
         want = oracle_sample(inputs, params, noise)
         classic, seen = want.kept.cpu(), observed(inputs, params, drawn)
-        outside = drawn.kept.cpu()[drawn.kept.cpu() >= classic.shape[1]]
+        ids = drawn.kept.cpu()
+        outside = ids[ids >= classic.shape[1]]
         if outside.numel():
             fail(f"kept set holds id {int(outside[0])} beyond the target vocabulary", [], impl, inputs, SAMPLE_KEPT)
         batch = range(inputs.case.batch)

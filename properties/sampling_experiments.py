@@ -27,7 +27,7 @@ from properties.cases import Inputs
 from properties.sampling_faults import Agrees, Observed, Subject, Variant, candidates, variant_sample
 from reference.sampling import SamplingParams
 
-# other seeds: each row's seed XOR one of these (distinct seeds stay distinct)
+# other seeds: each row's seed XOR one of these (distinct seeds stay distinct; each below 2**63, an int64 as is)
 SALTS = (0x5851F42D4C957F2D, 0x14057B7EF767814F, 0x2545F4914F6CDD1D, 0x61C8864680B583EB)
 MORE_CANDIDATES = (2, 4, 16)  # C times these
 
@@ -45,14 +45,10 @@ def probes(params: SamplingParams, subject: Subject, vocab: int) -> list[tuple[s
         found += [("top-k alone", [replace(params, top_p=no_p)]), ("top-p alone", [replace(params, top_k=no_k)])]
     if bool((sampled & (params.temperature != 1)).any()):
         found.append(("temperature 1", [replace(params, temperature=sampled.float())]))
-    found.append(("other seeds", [replace(params, seed=params.seed ^ _signed(salt)) for salt in SALTS]))
+    found.append(("other seeds", [replace(params, seed=params.seed ^ salt) for salt in SALTS]))
     if subject.candidates:
         found.append(("more candidates", [replace(params, candidates=params.candidates * m) for m in MORE_CANDIDATES]))
     return found
-
-
-def _signed(c: int) -> int:
-    return c - (1 << 64) if c >= 1 << 63 else c
 
 
 def _separating(
