@@ -23,6 +23,7 @@ from groups.pool import close_all_pools
 from properties import coverage, example_db, results, runner
 from properties.fuzz_shards import shard_of
 from properties.profiles import backend_budget  # importing it registers dev, ci and nightly
+from properties.sampling import noise_key_of, token_noise
 from sharded.impls import IMPL_ENV, SAMPLING_IMPL_ENV, TOPK_IMPL_ENV, load_impl
 from sharded.local_argmax import BUILTINS, DEFAULT_IMPLS
 from sharded.local_sampling import DEFAULT_SAMPLING_IMPLS, SAMPLING_BUILTINS
@@ -204,7 +205,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"top-k: {', '.join(i.spec for i in config.tpargmax_topk_impls)}; "
         f"sampling: {', '.join(i.spec for i in config.tpargmax_sampling_impls)}; heads: {runner.heads}; "
         f"backends: {', '.join(config.tpargmax_backends)} (gloo tps {runner.gloo_tps}); device: {runner.device}; "
-        f"hypothesis profile: {settings.get_current_profile_name()}"
+        f"hypothesis profile: {settings.get_current_profile_name()}",
+        *(
+            f"tpargmax: named divergence: {i.spec} keys its noise by {noise_key_of(i)}, not by token id: its sampled "
+            "tokens are judged by their support and distribution, its greedy rows token for token"
+            for i in config.tpargmax_sampling_impls
+            if not token_noise(i)
+        ),
     ]
 
 

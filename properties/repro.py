@@ -23,7 +23,7 @@ import hypothesis
 import torch
 
 from groups.devices import check_device
-from properties import checks, distribution, sampling, sampling_log_probs, top_k
+from properties import checks, distribution, own_randomness, sampling, sampling_log_probs, sampling_support, top_k
 from properties.cases import TENSORS, Inputs
 from properties.diagnose import replay_backend
 from properties.repro_reader import FORMAT, read_record
@@ -114,6 +114,12 @@ SAMPLING_CHECKS = {
     sampling.SAMPLE_EXACT: sampling.check_sample_exact,
     sampling.SAMPLE_KEPT: sampling.check_kept_set,
     sampling_log_probs.SAMPLE_LOG_PROBS: sampling_log_probs.check_log_probs,
+    sampling_support.SAMPLE_SUPPORT: sampling_support.check_support,
+}
+DISTRIBUTION_CHECKS = {  # the pinned heads' properties, replayed by the head's name
+    distribution.SAMPLE_DISTRIBUTION: distribution.check_distribution,
+    own_randomness.BATCH_INDEPENDENCE: own_randomness.check_batch_independence,
+    own_randomness.EQUAL_PATHS: own_randomness.check_equal_paths,
 }
 NEEDS = {  # the extra that :func:`check` reads for each property
     checks.ROW_INDEPENDENCE: ("rows",),
@@ -121,7 +127,7 @@ NEEDS = {  # the extra that :func:`check` reads for each property
     top_k.TOP_K_TOP1: ("k", "argmax_impl"),
     **dict.fromkeys(TOP_K_CHECKS, ("k",)),
     **dict.fromkeys([*SAMPLING_CHECKS, sampling.SAMPLE_INVARIANCE], ("sampling",)),
-    distribution.SAMPLE_DISTRIBUTION: ("distribution",),
+    **dict.fromkeys(DISTRIBUTION_CHECKS, ("distribution",)),
 }
 
 
@@ -145,8 +151,8 @@ def check(record: dict[str, Any], impl, inputs: Inputs) -> None:
     elif prop == sampling.SAMPLE_INVARIANCE:
         plan = sampling.plan_for(impl, plan_from_fields(extra["sampling"]))
         sampling.check_sample_invariance(impl, inputs, plan, extra.get("tps"))
-    elif prop == distribution.SAMPLE_DISTRIBUTION:
-        distribution.check_distribution(impl, distribution.BY_NAME[extra["distribution"]])
+    elif prop in DISTRIBUTION_CHECKS:
+        DISTRIBUTION_CHECKS[prop](impl, distribution.BY_NAME[extra["distribution"]])
     else:
         checks.check_output_contract(impl, inputs)
         checks.check_token_exact(impl, inputs)

@@ -232,7 +232,7 @@ def sampling_params(plan: SamplePlan, inputs: Inputs) -> SamplingParams:
         elif choice == "in_tie":
             p = _in_tie(x[row], kept[row], gen)
         top_p.append(_mass_at(x[row], kept[row], gen) if p is None else p)
-    return SamplingParams(temperature, top_k, torch.tensor(top_p, dtype=torch.float32), seeds, plan.candidates)
+    return SamplingParams(temperature, top_k, torch.tensor(top_p, dtype=torch.float32), seeds, plan.candidates, vocab)
 
 
 def plan_from_fields(given: object) -> SamplePlan:

@@ -81,6 +81,20 @@ def noise_of(impl: Impl) -> Noise:
     return getattr(impl.fn, "noise", gumbel_noise)
 
 
+def noise_key_of(impl: Impl) -> str:
+    """What keys the sampler's noise (``fn.noise_key``): ``"id"`` (the default: row seed and token id, the
+    contract's noise or ``fn.noise``), ``"step"`` (``fn.noise`` is a function of the whole batch's seeds, row and
+    token id: one key per step, as an engine draws it), or a key no token noise can declare, such as ``"candidate
+    position"``: then token-exactness cannot hold by design, a named divergence (:mod:`properties.sampling_support`).
+    """
+    return str(getattr(impl.fn, "noise_key", "id"))
+
+
+def token_noise(impl: Impl) -> bool:
+    """Whether the oracle can draw the sampler's noise token by token (keyed by id, per row or per step)."""
+    return noise_key_of(impl) in ("id", "step")
+
+
 def masks_of(impl: Impl) -> frozenset[str]:
     """The masks the implementation takes (``fn.masks``): True (default) both, False neither, or a tuple of
     ``"top_k"`` and ``"top_p"`` (a candidate sampler with a top-k and no top-p)."""
@@ -190,7 +204,7 @@ def kept_masks(kept_ids: torch.Tensor, vocab: int) -> torch.Tensor:
 
 def observed(inputs: Inputs, params: SamplingParams, drawn: Drawn) -> Observed:
     """A run as the fault models judge it (CPU)."""
-    loose = _boundary(inputs, params.to("cpu"))
+    loose = boundary(inputs, params.to("cpu"))
     kept = None if drawn.kept is None else kept_masks(drawn.kept, loose.shape[1])
     log_probs = None if drawn.log_probs is None else drawn.log_probs.cpu()
     return Observed(params.to("cpu"), drawn.tokens.cpu(), kept, log_probs, loose, oracle_target_logits(inputs)[0])
@@ -222,7 +236,7 @@ def same_kept(prediction: Prediction, seen: Observed, row: int) -> bool:
     return seen.kept is None or not bool(((prediction.kept[row] != seen.kept[row]) & ~seen.loose[row]).any())
 
 
-def _divergent(inputs: Inputs, params: SamplingParams, want: Sample, row: int, token: int) -> bool:
+def divergent(inputs: Inputs, params: SamplingParams, want: Sample, row: int, token: int) -> bool:
     """The named divergence of an all ``-inf`` row with d2t: the classic path takes target 0, a local path the
     smallest target a draft id maps to.  A sampled row is all ``-inf`` where every kept ``x`` is, a temperature
     that overflows ``logit / T`` included."""
@@ -251,7 +265,7 @@ def check_sample_exact(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
         tokens, expected = drawn.tokens.cpu(), want.tokens.cpu()
         wrong = []
         for row in (tokens != expected).nonzero().flatten().tolist():
-            if _divergent(inputs, params, want, row, int(tokens[row])):
+            if divergent(inputs, params, want, row, int(tokens[row])):
                 if currently_in_test_context():
                     event("named divergence: all -inf row with d2t, sampled")
             else:
@@ -292,7 +306,7 @@ def check_kept_set(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
         if outside.numel():
             fail(f"kept set holds id {int(outside[0])} beyond the target vocabulary", [], impl, inputs, SAMPLE_KEPT)
         batch = range(inputs.case.batch)
-        judged = [r for r in batch if not _divergent(inputs, params, want, r, int(seen.tokens[r]))]
+        judged = [r for r in batch if not divergent(inputs, params, want, r, int(seen.tokens[r]))]
         differ = (seen.kept != classic) & ~seen.loose
         wrong = [r for r in judged if bool(differ[r].any())]
         if not wrong:
@@ -322,7 +336,7 @@ def check_kept_set(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
         fail(rule or "kept set differs from the classic top-k and top-p", lines, impl, inputs, SAMPLE_KEPT)
 
 
-def _boundary(inputs: Inputs, params: SamplingParams) -> torch.Tensor:
+def boundary(inputs: Inputs, params: SamplingParams) -> torch.Tensor:
     """bool ``[B, V_target]``: tokens whose mass above them lies within :func:`top_p_slack` of ``p`` times the kept
     mass, whose place rounding may decide.  None on a row whose kept masses are all exactly 0 or 1 (equal masses,
     ``x`` flattened by a huge temperature): every sum of them is an integer, exact in any order, so a token with
@@ -343,7 +357,10 @@ def check_sample_invariance(impl: Impl, inputs: Inputs, plan: SamplePlan, tps: l
     """The same tokens twice in a row, and at each tp of ``tps`` (default: every other tp the backend runs)."""
     others = [tp for tp in (backend_tps(inputs.backend) if tps is None else tps) if tp != inputs.tp]
     with repro_extra(sampling=plan_fields(plan), tps=others):
-        first, _ = run_sampler(impl, inputs, plan, SAMPLE_INVARIANCE)
+        first, params = run_sampler(impl, inputs, plan, SAMPLE_INVARIANCE)
+        # noise keyed by candidate position moves with the shards: across tp only greedy rows must agree
+        judged = torch.ones_like(params.greedy) if token_noise(impl) else params.greedy
+        judged = judged.cpu()
         second, _ = run_sampler(impl, inputs, plan, SAMPLE_INVARIANCE)
         if not torch.equal(first.tokens, second.tokens):
             row = int((first.tokens != second.tokens).nonzero()[0])
@@ -352,8 +369,9 @@ def check_sample_invariance(impl: Impl, inputs: Inputs, plan: SamplePlan, tps: l
         for tp in others:
             side = inputs.with_tp(tp)
             other, params = run_sampler(impl, side, plan, SAMPLE_INVARIANCE)
-            if not torch.equal(other.tokens.cpu(), first.tokens.cpu()):
-                row = int((other.tokens.cpu() != first.tokens.cpu()).nonzero()[0])
+            differ = (other.tokens.cpu() != first.tokens.cpu()) & judged
+            if bool(differ.any()):
+                row = int(differ.nonzero()[0])
                 low, high = sorted((inputs.tp, tp))
                 fail(
                     f"sampling TP invariance: tokens differ between tp={low} and tp={high}"

@@ -34,6 +34,7 @@ from reference.topk import top_k_ids
 
 NOISE_BY_COLUMN = "noise keyed by shard column, not by global id"
 NOISE_BY_DRAFT_ID = "noise keyed by draft id, not by target id (d2t)"
+NOISE_BY_POSITION = "noise keyed by candidate position (rank, then place by x), not by token id"
 TEMPERATURE_AFTER_NOISE = "temperature applied after the noise: (logit + noise) / T"
 TEMPERATURE_THRESHOLD = "temperature below a threshold taken as greedy: a sampled row drew the argmax"
 X_IN_HEAD_DTYPE = "logits / T computed in the head's dtype, then widened: x must be float32(logit) / T"
@@ -62,7 +63,7 @@ TIE_UNORDERED = "tie resolved to another tied token: neither the lowest id nor r
 class Variant:
     """How a faulty sampler departs from the classic one."""
 
-    key: str = "target"  # what the noise is keyed by: target, column (a rank's row index) or draft id
+    key: str = "target"  # the noise's key: target, column (a rank's row index), draft id, or candidate position
     temperature_after_noise: bool = False
     greedy_below: float = 0.0  # rows with 0 < T < this are greedy; math.inf: to be fitted to the sampler's rows
     x_in_dtype: bool = False  # x = logit / T in the head's dtype, widened afterwards
@@ -86,6 +87,7 @@ MODELS: tuple[tuple[str, Variant], ...] = (
     (X_IN_HEAD_DTYPE, Variant(x_in_dtype=True)),
     (NOISE_BY_DRAFT_ID, Variant(key="draft")),
     (NOISE_BY_COLUMN, Variant(key="column")),
+    (NOISE_BY_POSITION, Variant(key="position")),
     (TEMPERATURE_AFTER_NOISE, Variant(temperature_after_noise=True)),
     (TOP_K_SKIPPED, Variant(skip="top_k")),  # a missing step before a misplaced one: the simpler explanation
     (TOP_P_SKIPPED, Variant(skip="top_p")),
@@ -161,11 +163,21 @@ def row_kinds(params: SamplingParams, vocab: int) -> dict[str, torch.Tensor]:
     }
 
 
-def noise_keys(inputs: Inputs, key: str) -> torch.Tensor:
-    """int64 ``[V_target]``: the id each target's noise is keyed by under ``key``."""
+def noise_keys(inputs: Inputs, key: str, x: torch.Tensor) -> torch.Tensor:
+    """int64 ``[V_target]`` (``[B, V_target]`` by position): the id each target's noise is keyed by under ``key``.
+    A candidate position is the rank's index times its rows, plus the token's place among the rank's tokens by
+    ``x`` descending (ties by target id): what a sampler over the gathered candidates keys by."""
     vocab = inputs.target_vocab if inputs.d2t is not None else inputs.vocab
     targets = draft_targets(inputs).cpu()
     keys = torch.arange(vocab)
+    if key == "position":
+        keys = keys.expand(x.shape[0], -1).clone()
+        for lay in inputs.layouts:
+            mine = targets[lay.token_ids()].sort().values
+            if mine.numel():
+                place = x[:, mine].sort(dim=1, descending=True, stable=True).indices
+                keys.scatter_(1, mine[place], lay.rank * lay.size + torch.arange(mine.numel()).expand_as(place))
+        return keys
     if key == "draft":
         keys[targets] = torch.arange(inputs.vocab)
     elif key == "column":
@@ -200,7 +212,7 @@ def variant_sample(inputs: Inputs, params: SamplingParams, noise: Noise, variant
     if variant.x_in_dtype:
         t = torch.where(params.greedy, 1.0, params.temperature).unsqueeze(1)
         x = (full / t.to(full.dtype)).float()
-    g = noise(params.seed, noise_keys(inputs, variant.key)).cpu()
+    g = noise(params.seed, noise_keys(inputs, variant.key, x)).cpu()
     chosen_on = x + g if variant.noise_before_masks else x
     pool = mapped.expand_as(x)
     if variant.candidates_only:

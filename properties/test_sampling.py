@@ -13,7 +13,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from properties.cases import Case
-from properties.distribution import DISTRIBUTION_CASES, check_distribution
+from properties.distribution import DISTRIBUTION_CASES, DistributionCase, check_distribution
+from properties.own_randomness import check_batch_independence, check_equal_paths
 from properties.runner import backend_tps, prepare
 from properties.sample_plans import SamplePlan, sample_plans
 from properties.sampling import (
@@ -22,8 +23,10 @@ from properties.sampling import (
     check_sample_invariance,
     masks_of,
     plan_for,
+    token_noise,
 )
 from properties.sampling_log_probs import check_log_probs
+from properties.sampling_support import check_named_divergence, check_support
 from properties.strategies import cases, with_edge_cases
 
 EDGE_PLAN = SamplePlan(temperature="mixed", top_k="at_tie", top_p="at_mass", candidates=4)
@@ -86,7 +89,17 @@ def with_sampling_edges(test):
 @with_edge_cases(plan=EDGE_PLAN)
 @given(case=cases(spread=True), plan=sample_plans())
 def test_sample_exact(sampling_impl, backend, case, plan):
-    check_sample_exact(sampling_impl, prepare(case, backend), plan_for(sampling_impl, plan))
+    """Token for token; a sampler whose noise no token noise declares (``fn.noise_key``) is a named divergence:
+    greedy rows exactly, sampled rows within the support, the divergence counted as an event."""
+    check = check_sample_exact if token_noise(sampling_impl) else check_named_divergence
+    check(sampling_impl, prepare(case, backend), plan_for(sampling_impl, plan))
+
+
+@with_sampling_edges
+@given(case=cases(spread=True), plan=sample_plans())
+def test_sample_support(sampling_impl, backend, case, plan):
+    """Every token is one the classic sampler can draw, whatever the noise: for samplers with their own randomness."""
+    check_support(sampling_impl, prepare(case, backend), plan_for(sampling_impl, plan))
 
 
 @with_sampling_edges
@@ -109,11 +122,35 @@ def test_sample_invariance(sampling_impl, backend, case, plan, data):
     check_sample_invariance(sampling_impl, inputs, plan_for(sampling_impl, plan), tps)
 
 
-@pytest.mark.parametrize("index", range(len(DISTRIBUTION_CASES)), ids=[c.name for c in DISTRIBUTION_CASES])
-def test_sampled_distribution(sampling_impl, index):
+def _takes(impl, dist: DistributionCase) -> None:
+    """Skip a head whose masks the sampler does not take (``fn.masks``)."""
+    takes = masks_of(impl)
+    rows = [(dist.top_k, dist.top_p), *((k, p) for _, _, k, p in dist.mates)]
+    for mask, on in (("top_k", any(k > 0 for k, _ in rows)), ("top_p", any(p < 1 for _, p in rows))):
+        if on and mask not in takes:
+            pytest.skip(f"{impl} samples without {mask.replace('_', '-')}")
+
+
+HEADS = pytest.mark.parametrize("dist", DISTRIBUTION_CASES, ids=[c.name for c in DISTRIBUTION_CASES])
+MATED = [c for c in DISTRIBUTION_CASES if c.mates]
+
+
+@HEADS
+def test_sampled_distribution(sampling_impl, dist):
     """A chi-square test of many pinned seeds against softmax(logits / T) over the kept set (false alarm < 1e-9)."""
-    case = DISTRIBUTION_CASES[index]
-    takes = masks_of(sampling_impl)
-    if (case.top_k > 0 and "top_k" not in takes) or (case.top_p < 1 and "top_p" not in takes):
-        pytest.skip(f"{sampling_impl} samples without {'top-k' if 'top_k' not in takes else 'top-p'}")
-    check_distribution(sampling_impl, case)
+    _takes(sampling_impl, dist)
+    check_distribution(sampling_impl, dist)
+
+
+@pytest.mark.parametrize("dist", MATED, ids=[c.name for c in MATED])
+def test_batch_independence(sampling_impl, dist):
+    """A row alone and beside batchmates (one needs the fallback): the same tokens, or the same distribution."""
+    _takes(sampling_impl, dist)
+    check_batch_independence(sampling_impl, dist)
+
+
+@HEADS
+def test_equal_paths(sampling_impl, dist):
+    """The sampler against its own classic path (``fn.classic_path``) on the same inputs and seeds."""
+    _takes(sampling_impl, dist)
+    check_equal_paths(sampling_impl, dist)

@@ -70,7 +70,9 @@ class SamplingParams:
     """Per-row sampling parameters, tensors ``[B]``; ``candidates`` is the candidate path's C (one per batch).
 
     ``temperature`` float32 (0: greedy), ``top_k`` int64 (0, or at least the vocabulary: off), ``top_p`` float32 in
-    (0, 1] (1: off), ``seed`` int64 (any bits).
+    (0, 1] (1: off), ``seed`` int64 (any bits).  ``vocab`` is the target vocabulary's size, as an engine knows it
+    from its config (0: not given; a sampler then knows the targets up to the largest ``d2t`` maps to), for a
+    sampler whose noise depends on the row's width.
     """
 
     temperature: torch.Tensor
@@ -78,6 +80,7 @@ class SamplingParams:
     top_p: torch.Tensor
     seed: torch.Tensor
     candidates: int = 64
+    vocab: int = 0
 
     def check(self, batch: int) -> None:
         """Bad parameters are a ValueError that names the field."""
@@ -95,6 +98,8 @@ class SamplingParams:
             raise InvalidInput("sampling top_p must lie in (0, 1] (1: off)")
         if isinstance(self.candidates, bool) or not isinstance(self.candidates, int) or self.candidates < 1:
             raise InvalidInput(f"sampling candidates must be an int >= 1, got {self.candidates!r}")
+        if isinstance(self.vocab, bool) or not isinstance(self.vocab, int) or self.vocab < 0:
+            raise InvalidInput(f"sampling vocab must be an int >= 0 (0: not given), got {self.vocab!r}")
 
     def to(self, device: torch.device | str) -> SamplingParams:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -102,7 +107,7 @@ class SamplingParams:
 
     def rows(self, rows: list[int]) -> SamplingParams:
         return SamplingParams(
-            self.temperature[rows], self.top_k[rows], self.top_p[rows], self.seed[rows], self.candidates
+            self.temperature[rows], self.top_k[rows], self.top_p[rows], self.seed[rows], self.candidates, self.vocab
         )
 
     @property
@@ -196,6 +201,26 @@ def target_logits(
     mapped = torch.zeros(target_vocab, dtype=torch.bool, device=logits.device)
     mapped[torch.arange(logits.shape[1], device=logits.device) + d2t] = True
     return full, mapped
+
+
+def support_mask(x: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """bool ``[B, V]``: the tokens the classic draw returns for some noise (finite noise, any law): the first kept
+    NaN where there is one (``NaN + g`` is NaN, and NaN wins), else the first kept ``+inf``, else target 0 where
+    every kept ``x`` is ``-inf`` (every score is), else every kept token with a finite ``x``.  A sampler with its
+    own randomness draws within it on every row, whatever its noise."""
+    ids = torch.arange(x.shape[1], device=x.device).expand_as(x)
+    nan, inf = kept & x.isnan(), kept & (x == math.inf)
+    finite = kept & torch.isfinite(x)
+
+    def first(mask: torch.Tensor) -> torch.Tensor:
+        return ids == torch.where(mask, ids, x.shape[1]).amin(dim=1, keepdim=True)
+
+    none = ~(nan.any(1) | inf.any(1) | finite.any(1))
+    return torch.where(
+        nan.any(1, keepdim=True),
+        first(nan),
+        torch.where(inf.any(1, keepdim=True), first(inf), torch.where(none.unsqueeze(1), ids == 0, finite)),
+    )
 
 
 @dataclass(frozen=True)

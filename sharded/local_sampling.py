@@ -262,5 +262,25 @@ def merge(cand: torch.Tensor, w: torch.Tensor, sampling: SamplingParams, vocab: 
     return tokens, log_probs, kept_ids, reasons
 
 
-SAMPLING_BUILTINS = {"gumbel_pairs": gumbel_pairs, "candidates": candidates}
+def classic_sampling(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    layout: ShardLayout,
+    *,
+    sampling: SamplingParams,
+    scale: float = 1.0,
+    soft_cap: float | None = None,
+    d2t: torch.Tensor | None = None,
+    group: TPGroup,
+):
+    """The built-ins' own classic path, as a sampler: gather every logit and run the classic sampler on every rank
+    (their fallback, and the path ``fn.classic_path`` names for the equal-paths property)."""
+    logits, _, _ = shard_tokens(hidden, weight, bias, layout, scale, soft_cap, d2t, sampling)
+    tokens, log_probs, kept = gathered_sample(logits, layout, group, d2t, sampling)
+    return tokens, log_probs, kept, ("",) * tokens.shape[0]
+
+
+gumbel_pairs.classic_path = candidates.classic_path = "classic_sampling"
+SAMPLING_BUILTINS = {"gumbel_pairs": gumbel_pairs, "candidates": candidates, "classic_sampling": classic_sampling}
 DEFAULT_SAMPLING_IMPLS = ("gumbel_pairs", "candidates")

@@ -52,6 +52,9 @@ def _sample(
     x_in_dtype: bool = False,
     top_p_rule: str = "<",
     report_before_top_p: bool = False,
+    top_k_extra: int = 0,
+    batch_top_k: bool = False,
+    step_seeds: bool = False,
 ):
     """Gather each rank's token rows (or its top ``per_rank``), then mask, add noise and take the first maximum."""
     logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
@@ -65,8 +68,17 @@ def _sample(
     greedy = temperature == 0
     t = torch.where(greedy, 1.0, temperature).unsqueeze(1)
     x = (values / t.to(values.dtype)).float() if x_in_dtype else values.float() / t
-    keyed = {"target": targets, "draft": ids, "column": layout.token_rows()}[key]
-    g = gumbel_noise(sampling.seed, keyed)
+    if key == "position":  # the rank's tokens by x descending, ties by target id, rank after rank
+        by_id = targets.argsort()
+        place = x[:, by_id].sort(dim=1, descending=True, stable=True).indices
+        keyed = torch.empty_like(place).scatter_(1, by_id[place], torch.arange(place.shape[1]).expand_as(place))
+        keyed = keyed + layout.rank * layout.size
+    else:
+        keyed = {"target": targets, "draft": ids, "column": layout.token_rows()}[key]
+    g = gumbel_noise(_step_seeds(sampling.seed) if step_seeds else sampling.seed, keyed)
+    top_ks = sampling.top_k
+    if batch_top_k and bool((top_ks > 0).any()):  # one k for the batch: its smallest
+        top_ks = torch.full_like(top_ks, int(top_ks[top_ks > 0].min()))
     owner_lse = torch.logsumexp(values.double(), dim=1)
     if per_rank is not None and ids.numel() > per_rank:
         top = encode_keys(x, targets.expand_as(x)).topk(per_rank, dim=1).indices  # by x, ties by target id
@@ -104,7 +116,8 @@ def _sample(
         chosen_on = v + n if noise_first else v
         kept = by_k = torch.ones_like(v, dtype=torch.bool)
         if not bool(greedy[row]):
-            k, p = sampling.top_k[row : row + 1], sampling.top_p[row : row + 1]
+            k, p = top_ks[row : row + 1], sampling.top_p[row : row + 1]
+            k = torch.where(k > 0, k + top_k_extra, k)
             p = torch.ones_like(p) if ignore_top_p else p
             kept = top_k_mask(chosen_on[None], k)[0]
             if exact_k and 0 < int(k) < v.numel():  # the first k by value, ties by position: the rest dropped
@@ -132,6 +145,17 @@ def _sample(
         mine = ids_row[best : best + 1] if bool(greedy[row]) else ids_row[reported]
         kept_ids[row, : mine.numel()] = mine
     return tokens, log_probs.float(), kept_ids, ()
+
+
+def _step_seeds(seeds: torch.Tensor) -> torch.Tensor:
+    """One key for the whole batch, as an engine draws one per step: every row's seed from all of them, and its
+    row."""
+    return seeds.sum() * 7919 + torch.arange(seeds.shape[0], device=seeds.device)  # int64 arithmetic wraps
+
+
+def step_noise(seeds: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """The noise of :func:`_step_seeds`: a function of the whole batch's seeds, the row and the id."""
+    return gumbel_noise(_step_seeds(seeds), ids)
 
 
 def _nucleus(v: torch.Tensor, kept: torch.Tensor, p: torch.Tensor, rule: str) -> torch.Tensor:
@@ -187,6 +211,40 @@ kept_before_top_p = _broken(
 log_prob_per_shard = _broken(
     "log_prob_per_shard", "The raw log-probability normalised by the owner rank's log-sum-exp.", shard_log_prob=True
 )
+
+top_k_one_past = _broken(
+    "top_k_one_past", "Top-k keeps one token past the k-th value: a k + 1 off by one.", top_k_extra=1
+)
+noise_by_candidate_position = _broken(
+    "noise_by_candidate_position",
+    "Keys the noise by candidate position (rank, then place by x), as a sampler over gathered candidates does, and "
+    "declares the contract's.",
+    key="position",
+)
+top_k_of_the_batch = _broken(
+    "top_k_of_the_batch",
+    "One top-k for the batch, its smallest, and one noise key per step (declared): a row follows its batchmates.",
+    batch_top_k=True,
+    step_seeds=True,
+)
+top_k_of_the_batch.noise, top_k_of_the_batch.noise_key = step_noise, "step"
+top_k_of_the_batch_per_row = _broken(
+    "top_k_of_the_batch_per_row", "One top-k for the batch, its smallest; the contract's noise.", batch_top_k=True
+)
+top_k_one_past_beside_its_classic_path = _broken(
+    "top_k_one_past_beside_its_classic_path",
+    "top_k_one_past, naming the built-ins' classic path as its own: the two paths draw differently.",
+    top_k_extra=1,
+    step_seeds=True,
+)
+top_k_one_past_beside_its_classic_path.noise_key = "step"
+top_k_one_past_beside_its_classic_path.noise = step_noise
+top_k_one_past_beside_its_classic_path.classic_path = "classic_sampling"
+# Not broken: candidate-position noise declared as such, the named divergence (token-exactness cannot hold).
+declared_candidate_position = _broken(
+    "declared_candidate_position", "noise_by_candidate_position, declared.", key="position"
+)
+declared_candidate_position.noise_key = "candidate position"
 
 
 def _candidates_where(name: str, doc: str, which):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from groups.simulated import run_simulated
-from properties.distribution import chi_square, upper_gamma_log
+from properties.chi_square import chi_square, upper_gamma_log
 from properties.sampling import top_p_slack
 from reference.oracle import tokens_from_draft_logits
 from reference.sampling import SamplingParams, classic_sample, gumbel_noise, top_k_mask, top_p_mask, uniforms

@@ -12,10 +12,12 @@ import re
 import pytest
 from hypothesis import settings
 
+from properties import own_randomness as own
 from properties import sampling_faults as faults
+from properties import sampling_support as support
 from properties import test_sampling as ts
 from properties.cases import Case
-from properties.distribution import DISTRIBUTION_WRONG
+from properties.distribution import BY_NAME, DISTRIBUTION_WRONG
 from properties.runner import prepare
 from properties.sample_plans import SamplePlan
 from properties.sampling import SAMPLE_KEPT, observed, run_sampler, same_kept, same_token, subject_of
@@ -61,14 +63,57 @@ CATCHES = [  # (property, broken sampler, the first line of its failure, numbers
         )
         for prop in (PROPERTIES[name] for name in props)
     ],
+    # issue 39: the properties for samplers with their own randomness, and the candidate-position noise
+    (ts.test_sample_exact, "noise_by_candidate_position", f"[{faults.NOISE_BY_POSITION}]"),
 ]
 
 
-def _distribution(case: str):
-    def test(sampling_impl):
-        ts.test_sampled_distribution(sampling_impl, [c.name for c in ts.DISTRIBUTION_CASES].index(case))
+def _on_head(test, head: str):
+    def run(sampling_impl):
+        test(sampling_impl, BY_NAME[head])
 
-    return test
+    run.__name__ = f"{test.__name__}[{head}]"
+    return run
+
+
+def _distribution(case: str):
+    return _on_head(ts.test_sampled_distribution, case)
+
+
+OWN_RANDOMNESS = [  # (property, broken sampler, the first line of its failure)
+    (_on_head(ts.test_sampled_distribution, "tp2-neg-inf"), "top_k_one_past", f"[{support.TOP_K_DROPS}]"),
+    (
+        _on_head(ts.test_batch_independence, "tp2-fallback-all-neg-inf"),
+        "top_k_of_the_batch",
+        f"[{own.ROW_FOLLOWS_BATCH}: chi-square p below 1e-09]",
+    ),
+    (
+        _on_head(ts.test_batch_independence, "tp2-fallback-all-neg-inf"),
+        "top_k_of_the_batch_per_row",
+        f"[{own.TOKEN_FOLLOWS_BATCH}]",
+    ),
+    (_on_head(ts.test_equal_paths, "tp2-neg-inf"), "top_k_one_past_beside_its_classic_path", f"[{own.PATHS_DIFFER}: "),
+]
+
+
+@pytest.mark.parametrize("prop, broken, rule", OWN_RANDOMNESS, ids=[f"{p.__name__}-{b}" for p, b, _ in OWN_RANDOMNESS])
+def test_the_own_randomness_properties_name_the_rule_they_catch(prop, broken, rule):
+    message = failure(prop, broken)
+    assert message.startswith(rule), message[:800]
+
+
+def test_the_support_names_the_mask_that_drops_a_token():
+    """A top-k one token too wide: every sampled token it draws outside the support is one top-k drops, or one
+    top-p drops where the wider set shifted top-p's total."""
+    message = failure(ts.test_sample_support, "top_k_one_past")
+    assert message.startswith((f"[{support.TOP_K_DROPS}]", f"[{support.TOP_P_DROPS}]")), message[:800]
+
+
+def test_declared_candidate_position_noise_is_a_named_divergence():
+    """The same noise declared (``fn.noise_key``): exactness judges greedy rows and the support, and passes."""
+    budget = settings(FIND_ONLY, max_examples=40)
+    assert failure(ts.test_sample_exact, "declared_candidate_position", budget) == ""
+    assert failure(ts.test_sample_invariance, "declared_candidate_position", budget) == ""
 
 
 @pytest.mark.parametrize("prop, broken, rule", CATCHES, ids=[f"{p.__name__}-{b}" for p, b, _ in CATCHES])

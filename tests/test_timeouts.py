@@ -50,7 +50,7 @@ def test_the_distribution_fits_a_sampler_that_takes_a_second_per_1000_rows():
     """Every call carries at most CHUNK rows, which such a sampler answers in half a second, a twentieth of the
     default collective timeout (all 4,000 draws in one call took it 4 s); every draw is made."""
     CALLS.clear()
-    prop = lambda sampling_impl: ts.test_sampled_distribution(sampling_impl, 0)  # noqa: E731
+    prop = lambda sampling_impl: ts.test_sampled_distribution(sampling_impl, ts.DISTRIBUTION_CASES[0])  # noqa: E731
     assert failure(prop, Impl("tests.test_timeouts:counted_pairs", counted_pairs)) == ""
     tp = ts.DISTRIBUTION_CASES[0].case.tp
     assert sum(CALLS) == tp * ts.DISTRIBUTION_CASES[0].draws and max(CALLS) == CHUNK  # every rank, every row
