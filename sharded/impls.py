@@ -44,6 +44,7 @@ SHIPPED_MODULES = frozenset(
     {"tests.broken", "tests.broken_top_k", "tests.broken_sampling", "engines.variants", "engines.sglang"}
     | {"engines.vllm.layer", "engines.vllm.models", "engines.vllm.corrected", *MOVED}
     | {"engines.vllm.gumbel", "engines.vllm.dflash2_sampler", "engines.sglang_sampling"}
+    | {"engines.tpu_inference", "engines.tpu_inference_sampler", "engines.tpu_inference_fixes"}
 )
 
 IMPL_ENV = "TPARGMAX_IMPL"

@@ -124,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
     samplers.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     samplers.set_defaults(run=lambda args: _lazy("tpargmax.install_samplers", "install_samplers")(args))
 
+    tpu = commands.add_parser(
+        "install-tpu-inference",
+        help="install jax 0.10.2 and tpu-inference 0.32.0's wheel without dependencies, for its sampler under test",
+    )
+    tpu.add_argument("--dry-run", action="store_true", help="print the commands without running them")
+    tpu.set_defaults(run=lambda args: _lazy("tpargmax.install_tpu_inference", "install_tpu_inference")(args))
+
     rpt = commands.add_parser(
         "report",
         help="every implementation (built-ins, engine variants, vLLM's layer and model classes) "
@@ -131,9 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rpt.add_argument(
         "--page",
-        choices=("vllm", "sampling"),
+        choices=("vllm", "sampling", "tpu-inference"),
         default="vllm",
-        help="which page: vLLM's argmax and top-k (default), or the engines' samplers (docs/conformance/sampling.md)",
+        help="which page: vLLM's argmax and top-k (default), the engines' samplers (docs/conformance/sampling.md), "
+        "or tpu-inference's sampler (docs/conformance/tpu-inference-0.32.0.md)",
     )
     rpt.add_argument("--out", help="write the Markdown page here, and its JSON beside it (default: print)")
     rpt.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
