@@ -60,7 +60,9 @@ def _classic_row(
     return target_logits(draft, d2t, target_vocab)[0]
 
 
-def _run(distributed: bool, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group):
+def run_on_mesh(distributed: bool, sample, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group):
+    """The subjects' glue: the gathered row, rank 0's ``sample`` (:func:`engines.tpu_inference.sample`, or the
+    corrected one), its tokens and path shared through ``group`` so that every rank returns them."""
     logits, _, _ = shard_tokens(hidden, weight, bias, layout, scale, soft_cap, d2t, sampling)
     row = _classic_row(logits, layout, group, d2t, sampling.vocab)
     batch = row.shape[0]
@@ -70,7 +72,7 @@ def _run(distributed: bool, hidden, weight, bias, layout, sampling, scale, soft_
         try:
             seed = tpu.step_seed(sampling.seed)
             args = (sampling.temperature, sampling.top_k, sampling.top_p, seed, group.world_size, distributed)
-            tokens, path = tpu.sample(row, *args)
+            tokens, path = sample(row, *args)
             mine[1], mine[2:] = tpu.PATHS.index(path), tokens.to(mine.device)
         except Exception as e:  # noqa: BLE001 - every rank must reach the gather, then raise alike
             failure, mine[0] = e, 1
@@ -97,7 +99,7 @@ def tpu_inference_classic(
     group: TPGroup,
 ):
     """tpu-inference's ``sample(..., allow_distributed_sampling=False)`` on the gathered row (module docstring)."""
-    return _run(False, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group)
+    return run_on_mesh(False, tpu.sample, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group)
 
 
 def tpu_inference_distributed(
@@ -114,7 +116,7 @@ def tpu_inference_distributed(
 ):
     """tpu-inference's ``sample(..., allow_distributed_sampling=True)``: its sharded candidate path where it takes
     the batch, its classic path elsewhere (module docstring)."""
-    return _run(True, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group)
+    return run_on_mesh(True, tpu.sample, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group)
 
 
 for _fn in (tpu_inference_classic, tpu_inference_distributed):

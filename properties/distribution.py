@@ -20,7 +20,7 @@ from properties.chi_square import chi_square
 from properties.diagnose import fail, repro_extra
 from properties.runner import oracle_target_logits, prepare
 from properties.sampling import unpack
-from properties.sampling_support import outside_rule
+from properties.support_rules import outside_rule
 from reference.sampling import SamplingParams, has_probabilities, kept_mask, masses, scaled, support_mask
 from sharded.impls import Impl
 

@@ -29,6 +29,7 @@ from properties.runner import backend_tps, oracle_draft_logits, oracle_target_lo
 from properties.sample_plans import SamplePlan, plan_fields, sampling_params
 from properties.sampling_experiments import name_fault
 from properties.sampling_faults import Observed, Prediction, Subject, tie_rule
+from properties.support_rules import GREEDY_WRONG, outside_rule, support
 from properties.top_k import bitwise_equal
 from reference.sampling import (
     Noise,
@@ -47,7 +48,6 @@ from sharded.impls import Impl
 SAMPLE_EXACT = "sampling token-exact with the classic sampler, given the same noise"
 SAMPLE_KEPT = "kept set: the classic top-k and top-p kept set, id for id"
 SAMPLE_INVARIANCE = "sampling TP invariance and determinism: the same tokens for every tp, run after run"
-GREEDY_WRONG = "greedy row's token is not the argmax"
 SAMPLE_WRONG = "sampled token differs from the classic sampler's"
 TOP_P_SLACK_ULPS = 16  # float64 ulps of the kept mass, plus 4 per kept token: see top_p_slack
 
@@ -283,6 +283,9 @@ def check_sample_exact(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
             same_token,
         )
         rule = rule or tie_rule(inputs, params, noise, [row], tokens, want)  # as the fallbacks: the row shown
+        allowed = support(inputs, params) | boundary(inputs, params.to("cpu"))
+        if rule is None and not (0 <= got < allowed.shape[1] and bool(allowed[row, got])):
+            rule = outside_rule(inputs, params, row, got)  # a token no noise draws: named by what drops it
         if rule is None:
             rule = GREEDY_WRONG if bool(params.greedy[row]) else SAMPLE_WRONG
         lines = _row_lines(params.to("cpu"), row, int(expected[row]), got, want.kept.cpu())

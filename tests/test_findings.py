@@ -11,14 +11,18 @@ import json
 
 import pytest
 
-from engines import sampling_findings
+from engines import sampling_findings, tpu_inference_findings
 from engines.findings import failure_key
 from engines.vllm.findings import FINDINGS, PAGE
 from tests.suite import ROOT
 from tpargmax import findings_page
 from tpargmax.report_page import _failures
 
-PAGES = {PAGE: FINDINGS, sampling_findings.PAGE: sampling_findings.FINDINGS}
+PAGES = {
+    PAGE: FINDINGS,
+    sampling_findings.PAGE: sampling_findings.FINDINGS,
+    tpu_inference_findings.PAGE: tpu_inference_findings.FINDINGS,
+}
 
 
 @pytest.mark.parametrize("page", sorted(PAGES))

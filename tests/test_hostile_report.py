@@ -13,6 +13,7 @@ import pytest
 
 from tests.test_hostile_input import one_line
 from tpargmax.cli import main as tpargmax
+from tpargmax.report_json import FINDINGS
 
 SAVED = Path(__file__).resolve().parent.parent / "docs" / "conformance" / "vllm-0.32.0.json"
 
@@ -31,8 +32,7 @@ def first_failure(data: dict) -> dict:
 DAMAGE = {  # how -> (the change, words of the one line)
     "findings naming another module": (
         lambda d: d.update(findings="marker_findings:FINDINGS"),
-        "findings must be one of ('engines.vllm.findings:FINDINGS', 'engines.sampling_findings:FINDINGS'), "
-        "got 'marker_findings:FINDINGS'",
+        f"findings must be one of {FINDINGS}, got 'marker_findings:FINDINGS'",
     ),
     "no rows": (lambda d: d.pop("rows"), "the report has no 'rows'"),
     "rows not a list": (lambda d: d.update(rows={}), "rows must be a JSON array, got an object"),

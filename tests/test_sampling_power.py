@@ -14,7 +14,7 @@ from hypothesis import settings
 
 from properties import own_randomness as own
 from properties import sampling_faults as faults
-from properties import sampling_support as support
+from properties import support_rules as support
 from properties import test_sampling as ts
 from properties.cases import Case
 from properties.distribution import BY_NAME, DISTRIBUTION_WRONG

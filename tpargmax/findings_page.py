@@ -129,14 +129,17 @@ def section(data: dict[str, Any], failures: list[Failure], findings: Findings, c
     out += ["## By design or outside the contract", ""]
     for reason in findings.reasons:
         out += [f"### {reason.id}", "", f"**{reason.title}**", "", reason.why, ""]
-        out += [f"Failures: {', '.join(numbers_of(failures, reason.failures))}.", ""]
+        listed = ", ".join(numbers_of(failures, reason.failures))
+        fixed = on_corrected_rows(proof, reason)
+        listed += f" (on the corrected rows: {', '.join(fixed)})" if fixed else ""
+        out += [f"Failures: {listed.strip() or 'none on this page'}.", ""]
     return out
 
 
 NOT_SHOWN = "not shown: no failure of the engine's own rows in this run, and no reproduction"
 
 
-def on_corrected_rows(failures: list[Failure], cause: Cause) -> list[str]:
+def on_corrected_rows(failures: list[Failure], cause: Cause | Reason) -> list[str]:
     """The numbers of the corrected rows' failures that ``cause`` claims: the defect still there under the
     corrections of the others (a NaN the corrected reduction still drops, exactly k candidates)."""
     return numbers_of([f for f in failures if f[1].get("corrects")], cause.all_failures)

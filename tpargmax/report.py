@@ -26,7 +26,17 @@ from typing import Any
 from properties.profiles import BACKEND_SHARE
 from tpargmax.report_json import read_report
 from tpargmax.report_page import render
-from tpargmax.report_subjects import FINDINGS, SAMPLING_FINDINGS, Run, Subject, model_runs, sampling_runs, static_runs
+from tpargmax.report_subjects import (
+    FINDINGS,
+    SAMPLING_FINDINGS,
+    TPU_FINDINGS,
+    Run,
+    Subject,
+    model_runs,
+    sampling_runs,
+    static_runs,
+    tpu_inference_runs,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_EXAMPLES = 120  # per property before the gloo share (1/4): 30 generated examples, plus the pinned ones
@@ -34,7 +44,14 @@ DEFAULT_EXAMPLES = 120  # per property before the gloo share (1/4): 30 generated
 PAGES = {
     "vllm": ("vLLM 0.32.0 conformance", FINDINGS, "repro/vllm-0.32.0", ()),
     "sampling": ("The engines' samplers under test", SAMPLING_FINDINGS, "repro/sampling", ("triton", "sglang")),
+    "tpu-inference": (
+        "tpu-inference 0.32.0's sampler under test",
+        TPU_FINDINGS,
+        "repro/tpu-inference-0.32.0",
+        ("jax", "jaxlib", "tpu-inference"),
+    ),
 }
+RUNS = {"sampling": sampling_runs, "tpu-inference": tpu_inference_runs}
 
 
 PYTEST = (sys.executable, "-m", "pytest")
@@ -159,7 +176,7 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
     started = time.monotonic()
     page = getattr(args, "page", "vllm")
     title, findings, default_repro, packages = PAGES[page]
-    runs, classes, refusal = (sampling_runs() if page == "sampling" else static_runs()), [], {}
+    runs, classes, refusal = RUNS.get(page, static_runs)(), [], {}
     has_vllm = vllm_available()
     if has_vllm and page == "vllm":
         log("finding vLLM's model classes in the installed wheel")

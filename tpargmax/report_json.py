@@ -16,7 +16,11 @@ from properties.repro_reader import one_line, read_json
 
 MAX_REPORT_BYTES = 64 * 2**20  # the committed vLLM report is about 1 MiB
 # the findings a page may name: the project's own
-FINDINGS = ("engines.vllm.findings:FINDINGS", "engines.sampling_findings:FINDINGS")
+FINDINGS = (
+    "engines.vllm.findings:FINDINGS",
+    "engines.sampling_findings:FINDINGS",
+    "engines.tpu_inference_findings:FINDINGS",
+)
 OUTCOMES = ("passed", "failed", "skipped")
 OPTIONS = ("--impl", "--topk-impl", "--sampling-impl")
 

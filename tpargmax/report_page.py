@@ -26,10 +26,13 @@ LABELS = {
     "test_top_k_determinism": "top-k determinism",
     "test_top_k_rejects_k_above_the_logits_vocabulary": "k > L",
     "test_sample_exact": "sample exact",
+    "test_sample_support": "support",
     "test_kept_set": "kept set",
     "test_sample_log_probs": "log-probs",
     "test_sample_invariance": "sample invariance",
     "test_sampled_distribution": "distribution",
+    "test_batch_independence": "batch independence",
+    "test_equal_paths": "equal paths",
 }
 
 

@@ -76,6 +76,7 @@ class Run:
 
 FINDINGS = SHIPPED_FINDINGS[0]
 SAMPLING_FINDINGS = SHIPPED_FINDINGS[1]
+TPU_FINDINGS = SHIPPED_FINDINGS[2]
 CORRECTED = "engines.vllm.corrected"
 CORRECTED_KIND = ", corrected"
 FIXED_ARGMAX = f"{CORRECTED}:vllm"  # a corrected top-k's top-1 is compared with the corrected argmax
@@ -284,3 +285,31 @@ def sampling_runs() -> list[Run]:
 
 def _noted(subject: Subject) -> Subject:
     return replace(subject, note=subject.note + INTERPRETED)
+
+
+def tpu_inference_runs() -> list[Run]:
+    """tpu-inference's page: its sampler's classic and sharded paths on a simulated JAX mesh, each beside the same
+    path with the project's corrections.  A new shape compiles in seconds, so the rows get a longer collective
+    timeout."""
+    needs, module, fixes = (
+        "engines.tpu_inference:why_unavailable",
+        "engines.tpu_inference_sampler",
+        "engines.tpu_inference_fixes",
+    )
+    kind = "tpu-inference 0.32.0"
+    classic = "sample(allow_distributed_sampling=False): temperature, top-k and top-p masks, categorical over the row"
+    sharded = "sample(allow_distributed_sampling=True): each shard's top 2 * MAX_TOP_K merged, where it takes the batch"
+    subjects = []
+    for name, note in (("tpu_inference_classic", classic), ("tpu_inference_distributed", sharded)):
+        subjects.append(Subject(f"{module}:{name}", kind, note, name, needs=needs))
+        subjects.append(
+            Subject(
+                f"{fixes}:{name}_corrected",
+                kind + CORRECTED_KIND,
+                "the same, with the project's top-k and top-p masks (NaN first, by logit, no probabilities of NaN)",
+                f"{name} (corrected)",
+                corrects=name,
+                needs=needs,
+            )
+        )
+    return [Run(tuple(subjects), sampling=True, timeout=120.0)]
