@@ -224,7 +224,7 @@ def tpu_inference_distributed_corrected(
     return original.run_on_mesh(True, sample, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group)
 
 
-# The originals' declarations (masks, needs, start, noise, noise_key, draws_from_candidates, top_k_limit): the
+# The originals' declarations (masks, needs, start, noise, noise_key, draws_from_candidates): the
 # corrections change which tokens are kept, not the noise or the paths.
 tpu_inference_classic_corrected.__dict__.update(original.tpu_inference_classic.__dict__)
 tpu_inference_distributed_corrected.__dict__.update(original.tpu_inference_distributed.__dict__)

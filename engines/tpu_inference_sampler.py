@@ -128,4 +128,3 @@ tpu_inference_classic.noise_key = "step"  # one key per step: a function of ever
 tpu_inference_distributed.draws_from_candidates = True
 tpu_inference_distributed.noise_key = "candidate position"  # categorical over [B, tp * 2K] slots, not token ids
 tpu_inference_distributed.classic_path = "engines.tpu_inference_sampler:tpu_inference_classic"
-tpu_inference_distributed.top_k_limit = tpu.MAX_TOP_K  # rows with top_k 0 or above it: not the sharded path

@@ -2,12 +2,14 @@
 
 They are written from the bug's description, not from the suite's fault models: a small sharded sampler that
 exchanges every rank's (x, noise, target id) rows (or each rank's top C of them) and applies the masks to what it
-received, with one thing done wrong.
+received, with one thing done wrong; or the built-ins' classic path run with one parameter done wrong (a k one too
+large, one k for the batch), where the bug is in what the sampler is asked, not in how it draws.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
@@ -23,7 +25,7 @@ from reference.topk import top_k_ids
 from sharded.keys import encode_keys
 from sharded.layout import ShardLayout
 from sharded.local_argmax import checked_shard_logits, token_logits
-from sharded.local_sampling import gumbel_pairs_with
+from sharded.local_sampling import classic_sampling, gumbel_pairs_with
 
 
 def _sample(
@@ -52,9 +54,6 @@ def _sample(
     x_in_dtype: bool = False,
     top_p_rule: str = "<",
     report_before_top_p: bool = False,
-    top_k_extra: int = 0,
-    batch_top_k: bool = False,
-    step_seeds: bool = False,
 ):
     """Gather each rank's token rows (or its top ``per_rank``), then mask, add noise and take the first maximum."""
     logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
@@ -75,10 +74,7 @@ def _sample(
         keyed = keyed + layout.rank * layout.size
     else:
         keyed = {"target": targets, "draft": ids, "column": layout.token_rows()}[key]
-    g = gumbel_noise(_step_seeds(sampling.seed) if step_seeds else sampling.seed, keyed)
-    top_ks = sampling.top_k
-    if batch_top_k and bool((top_ks > 0).any()):  # one k for the batch: its smallest
-        top_ks = torch.full_like(top_ks, int(top_ks[top_ks > 0].min()))
+    g = gumbel_noise(sampling.seed, keyed)
     owner_lse = torch.logsumexp(values.double(), dim=1)
     if per_rank is not None and ids.numel() > per_rank:
         top = encode_keys(x, targets.expand_as(x)).topk(per_rank, dim=1).indices  # by x, ties by target id
@@ -116,8 +112,7 @@ def _sample(
         chosen_on = v + n if noise_first else v
         kept = by_k = torch.ones_like(v, dtype=torch.bool)
         if not bool(greedy[row]):
-            k, p = top_ks[row : row + 1], sampling.top_p[row : row + 1]
-            k = torch.where(k > 0, k + top_k_extra, k)
+            k, p = sampling.top_k[row : row + 1], sampling.top_p[row : row + 1]
             p = torch.ones_like(p) if ignore_top_p else p
             kept = top_k_mask(chosen_on[None], k)[0]
             if exact_k and 0 < int(k) < v.numel():  # the first k by value, ties by position: the rest dropped
@@ -212,30 +207,53 @@ log_prob_per_shard = _broken(
     "log_prob_per_shard", "The raw log-probability normalised by the owner rank's log-sum-exp.", shard_log_prob=True
 )
 
-top_k_one_past = _broken(
-    "top_k_one_past", "Top-k keeps one token past the k-th value: a k + 1 off by one.", top_k_extra=1
-)
+
+def _gathered_with(name: str, doc: str, change):
+    """The built-ins' classic path on the gathered logits, run with the parameters ``change(sampling)`` gives: one
+    mask or noise key done wrong, the rest exact (and fast: the draw is vectorised)."""
+
+    def impl(hidden, weight, bias, layout, *, sampling, scale=1.0, soft_cap=None, d2t=None, group):
+        given = {"scale": scale, "soft_cap": soft_cap, "d2t": d2t, "group": group}
+        return classic_sampling(hidden, weight, bias, layout, sampling=change(sampling), **given)
+
+    impl.__name__ = impl.__qualname__ = name
+    impl.__doc__ = doc
+    return impl
+
+
+def _one_past(s: SamplingParams) -> SamplingParams:
+    return replace(s, top_k=torch.where(s.top_k > 0, s.top_k + 1, s.top_k))
+
+
+def _batch_k(s: SamplingParams) -> SamplingParams:
+    on = s.top_k > 0
+    return replace(s, top_k=torch.full_like(s.top_k, int(s.top_k[on].min()))) if bool(on.any()) else s
+
+
+def _stepped(change):
+    return lambda s: replace(change(s), seed=_step_seeds(s.seed))
+
+
+top_k_one_past = _gathered_with("top_k_one_past", "Top-k keeps one token past the k-th value (k + 1).", _one_past)
 noise_by_candidate_position = _broken(
     "noise_by_candidate_position",
     "Keys the noise by candidate position (rank, then place by x), as a sampler over gathered candidates does, and "
     "declares the contract's.",
     key="position",
 )
-top_k_of_the_batch = _broken(
+top_k_of_the_batch = _gathered_with(
     "top_k_of_the_batch",
     "One top-k for the batch, its smallest, and one noise key per step (declared): a row follows its batchmates.",
-    batch_top_k=True,
-    step_seeds=True,
+    _stepped(_batch_k),
 )
 top_k_of_the_batch.noise, top_k_of_the_batch.noise_key = step_noise, "step"
-top_k_of_the_batch_per_row = _broken(
-    "top_k_of_the_batch_per_row", "One top-k for the batch, its smallest; the contract's noise.", batch_top_k=True
+top_k_of_the_batch_per_row = _gathered_with(
+    "top_k_of_the_batch_per_row", "One top-k for the batch, its smallest; the contract's noise.", _batch_k
 )
-top_k_one_past_beside_its_classic_path = _broken(
+top_k_one_past_beside_its_classic_path = _gathered_with(
     "top_k_one_past_beside_its_classic_path",
     "top_k_one_past, naming the built-ins' classic path as its own: the two paths draw differently.",
-    top_k_extra=1,
-    step_seeds=True,
+    _stepped(_one_past),
 )
 top_k_one_past_beside_its_classic_path.noise_key = "step"
 top_k_one_past_beside_its_classic_path.noise = step_noise
