@@ -25,11 +25,10 @@ from __future__ import annotations
 import torch
 
 from engines import tpu_inference as tpu
-from reference.checks import check_d2t
 from reference.sampling import SamplingParams, target_logits
 from sharded.group import TPGroup
-from sharded.layout import ShardLayout, every_rank
-from sharded.local_sampling import shard_tokens
+from sharded.layout import ShardLayout
+from sharded.local_sampling import gathered_logits, shard_tokens
 
 __all__ = ["tpu_inference_classic", "tpu_inference_distributed"]
 
@@ -52,12 +51,8 @@ def _classic_row(
     """Every rank's shard gathered into the classic path's target-vocabulary row ``[B, V]``: with ``d2t``, ``V`` the
     target vocabulary the parameters give (``sampling.vocab``), else the largest target + 1.  The classic path's
     noise depends on the row's width, so the engine is handed the whole target vocabulary, as it would be."""
-    gathered = group.all_gather(logits)  # [tp, B, shard]
-    draft = logits.new_empty(logits.shape[0], layout.vocab)
-    for lay in every_rank(layout):
-        draft[:, lay.token_ids(logits.device)] = gathered[lay.rank][:, lay.token_rows(logits.device)]
-    target_vocab = None if d2t is None else max(int(check_d2t(d2t, layout.vocab).max()) + 1, vocab)
-    return target_logits(draft, d2t, target_vocab)[0]
+    draft, reached = gathered_logits(logits, layout, group, d2t)
+    return target_logits(draft, d2t, None if reached is None else max(reached, vocab))[0]
 
 
 def run_on_mesh(distributed: bool, sample, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group):

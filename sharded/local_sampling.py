@@ -87,15 +87,20 @@ def log_partition(m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return torch.where(bad, math.nan, shift + total.log())
 
 
-def gathered_sample(logits, layout: ShardLayout, group: TPGroup, d2t, sampling: SamplingParams):
-    """The fallback: gather every logit and run the classic sampler (reference.sampling) over them, on every rank."""
+def gathered_logits(logits, layout: ShardLayout, group: TPGroup, d2t) -> tuple[torch.Tensor, int | None]:
+    """Every rank's shard gathered into the draft logits ``[B, L]`` by global id, and the target vocabulary the
+    table reaches (the largest target + 1; None without ``d2t``): the classic path's row, on every rank."""
     gathered = group.all_gather(logits)  # [tp, B, shard]
-    every = every_rank(layout)
     draft = logits.new_empty(logits.shape[0], layout.vocab)
-    for lay in every:
+    for lay in every_rank(layout):
         draft[:, lay.token_ids(logits.device)] = gathered[lay.rank][:, lay.token_rows(logits.device)]
-    target_vocab = None if d2t is None else int(check_d2t(d2t, layout.vocab).max()) + 1
-    sample = classic_sample(draft, sampling, d2t, target_vocab)
+    return draft, None if d2t is None else int(check_d2t(d2t, layout.vocab).max()) + 1
+
+
+def gathered_sample(logits, layout: ShardLayout, group: TPGroup, d2t, sampling: SamplingParams, noise=gumbel_noise):
+    """The fallback: gather every logit and run the classic sampler (reference.sampling) over them, on every rank."""
+    draft, target_vocab = gathered_logits(logits, layout, group, d2t)
+    sample = classic_sample(draft, sampling, d2t, target_vocab, noise)
     kept = torch.where(sample.kept, torch.arange(sample.kept.shape[1], device=logits.device), -1)
     return sample.tokens, sample.log_probs.float(), kept
 

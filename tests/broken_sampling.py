@@ -15,17 +15,20 @@ import torch
 
 from reference.sampling import (
     SamplingParams,
+    classic_sample,
     gumbel_noise,
     has_probabilities,
+    scaled,
+    target_logits,
     top_k_mask,
     top_p_margin,
     top_p_mask,
 )
 from reference.topk import top_k_ids
 from sharded.keys import encode_keys
-from sharded.layout import ShardLayout
+from sharded.layout import ShardLayout, every_rank
 from sharded.local_argmax import checked_shard_logits, token_logits
-from sharded.local_sampling import classic_sampling, gumbel_pairs_with
+from sharded.local_sampling import classic_sampling, gathered_logits, gumbel_pairs_with, shard_tokens
 
 
 def _sample(
@@ -67,13 +70,7 @@ def _sample(
     greedy = temperature == 0
     t = torch.where(greedy, 1.0, temperature).unsqueeze(1)
     x = (values / t.to(values.dtype)).float() if x_in_dtype else values.float() / t
-    if key == "position":  # the rank's tokens by x descending, ties by target id, rank after rank
-        by_id = targets.argsort()
-        place = x[:, by_id].sort(dim=1, descending=True, stable=True).indices
-        keyed = torch.empty_like(place).scatter_(1, by_id[place], torch.arange(place.shape[1]).expand_as(place))
-        keyed = keyed + layout.rank * layout.size
-    else:
-        keyed = {"target": targets, "draft": ids, "column": layout.token_rows()}[key]
+    keyed = {"target": targets, "draft": ids, "column": layout.token_rows()}[key]
     g = gumbel_noise(sampling.seed, keyed)
     owner_lse = torch.logsumexp(values.double(), dim=1)
     if per_rank is not None and ids.numel() > per_rank:
@@ -235,12 +232,6 @@ def _stepped(change):
 
 
 top_k_one_past = _gathered_with("top_k_one_past", "Top-k keeps one token past the k-th value (k + 1).", _one_past)
-noise_by_candidate_position = _broken(
-    "noise_by_candidate_position",
-    "Keys the noise by candidate position (rank, then place by x), as a sampler over gathered candidates does, and "
-    "declares the contract's.",
-    key="position",
-)
 top_k_of_the_batch = _gathered_with(
     "top_k_of_the_batch",
     "One top-k for the batch, its smallest, and one noise key per step (declared): a row follows its batchmates.",
@@ -258,9 +249,48 @@ top_k_one_past_beside_its_classic_path = _gathered_with(
 top_k_one_past_beside_its_classic_path.noise_key = "step"
 top_k_one_past_beside_its_classic_path.noise = step_noise
 top_k_one_past_beside_its_classic_path.classic_path = "classic_sampling"
-# Not broken: candidate-position noise declared as such, the named divergence (token-exactness cannot hold).
-declared_candidate_position = _broken(
-    "declared_candidate_position", "noise_by_candidate_position, declared.", key="position"
+
+
+def _position_keys(x: torch.Tensor, layout: ShardLayout, d2t) -> torch.Tensor:
+    """int64 ``[B, V]``: each target's candidate position, its rank's index times the rank's rows plus its place
+    among the rank's targets by ``x`` descending (ties by target id): what a sampler over gathered candidates keys
+    its noise by."""
+    keys = torch.zeros(x.shape, dtype=torch.int64)
+    for lay in every_rank(layout):
+        mine = lay.token_ids()
+        mine = (mine if d2t is None else mine + d2t[mine]).sort().values
+        place = x[:, mine].sort(dim=1, descending=True, stable=True).indices
+        keys.scatter_(1, mine[place], lay.rank * lay.size + torch.arange(mine.numel()).expand_as(place))
+    return keys
+
+
+def _by_position(hidden, weight, bias, layout, *, sampling, scale=1.0, soft_cap=None, d2t=None, group):
+    logits, _, _ = shard_tokens(hidden, weight, bias, layout, scale, soft_cap, d2t, sampling)
+    draft, target_vocab = gathered_logits(logits, layout, group, d2t)
+    keys = _position_keys(scaled(target_logits(draft, d2t, target_vocab)[0], sampling), layout, d2t)
+    sample = classic_sample(draft, sampling, d2t, target_vocab, lambda seeds, _ids: gumbel_noise(seeds, keys))
+    kept = torch.where(sample.kept, torch.arange(sample.kept.shape[1]), -1)
+    return sample.tokens, sample.log_probs.float(), kept, ()
+
+
+def _keyed_by_position(name: str, doc: str):
+    def impl(hidden, weight, bias, layout, *, sampling, scale=1.0, soft_cap=None, d2t=None, group):
+        return _by_position(hidden, weight, bias, layout, sampling=sampling, scale=scale, soft_cap=soft_cap,
+                            d2t=d2t, group=group)  # fmt: skip
+
+    impl.__name__ = impl.__qualname__ = name
+    impl.__doc__ = doc
+    return impl
+
+
+noise_by_candidate_position = _keyed_by_position(
+    "noise_by_candidate_position",
+    "Keys the noise by candidate position (rank, then place by x), as a sampler over gathered candidates does, and "
+    "declares the contract's.",
+)
+# Not broken: the same noise declared as such (fn.noise_key), the named divergence (token-exactness cannot hold).
+declared_candidate_position = _keyed_by_position(
+    "declared_candidate_position", "noise_by_candidate_position, declared."
 )
 declared_candidate_position.noise_key = "candidate position"
 
