@@ -54,9 +54,6 @@ import torch
 from engines import tpu_inference as tpu
 from engines import tpu_inference_sampler as original
 from engines.findings import Patch, applied
-from reference.sampling import SamplingParams
-from sharded.group import TPGroup
-from sharded.layout import ShardLayout
 
 __all__ = [
     "PATCHES",
@@ -190,38 +187,16 @@ def sample(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, str]:
         return tpu.sample(*args, **kwargs)
 
 
-def tpu_inference_classic_corrected(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    layout: ShardLayout,
-    *,
-    sampling: SamplingParams,
-    scale: float = 1.0,
-    soft_cap: float | None = None,
-    d2t: torch.Tensor | None = None,
-    group: TPGroup,
-):
-    """:func:`engines.tpu_inference_sampler.tpu_inference_classic` with the corrections (a correction, not
-    tpu-inference's code)."""
-    return original.run_on_mesh(False, sample, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group)
-
-
-def tpu_inference_distributed_corrected(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    layout: ShardLayout,
-    *,
-    sampling: SamplingParams,
-    scale: float = 1.0,
-    soft_cap: float | None = None,
-    d2t: torch.Tensor | None = None,
-    group: TPGroup,
-):
-    """:func:`engines.tpu_inference_sampler.tpu_inference_distributed` with the corrections (a correction, not
-    tpu-inference's code)."""
-    return original.run_on_mesh(True, sample, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group)
+tpu_inference_classic_corrected, tpu_inference_distributed_corrected = (
+    original.on_mesh(
+        f"{fn.__name__}_corrected",
+        distributed,
+        sample,
+        f":func:`engines.tpu_inference_sampler.{fn.__name__}` with the corrections (a correction, not tpu-inference's "
+        "code).",
+    )
+    for fn, distributed in ((original.tpu_inference_classic, False), (original.tpu_inference_distributed, True))
+)
 
 
 # The originals' declarations (masks, needs, start, noise, noise_key, draws_from_candidates): the

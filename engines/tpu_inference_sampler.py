@@ -81,39 +81,42 @@ def run_on_mesh(distributed: bool, sample, hidden, weight, bias, layout, samplin
     return shared[2:].clone(), None, None, (f"tpu-inference: {path}",) * batch
 
 
-def tpu_inference_classic(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    layout: ShardLayout,
-    *,
-    sampling: SamplingParams,
-    scale: float = 1.0,
-    soft_cap: float | None = None,
-    d2t: torch.Tensor | None = None,
-    group: TPGroup,
-):
-    """tpu-inference's ``sample(..., allow_distributed_sampling=False)`` on the gathered row (module docstring)."""
-    return run_on_mesh(False, tpu.sample, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group)
+def on_mesh(name: str, distributed: bool, sample, doc: str):
+    """A subject of the sampling contract that runs ``sample`` (the adapter's, or the corrected one) on the mesh,
+    ``allow_distributed_sampling=distributed``."""
+
+    def subject(
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        layout: ShardLayout,
+        *,
+        sampling: SamplingParams,
+        scale: float = 1.0,
+        soft_cap: float | None = None,
+        d2t: torch.Tensor | None = None,
+        group: TPGroup,
+    ):
+        return run_on_mesh(distributed, sample, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group)
+
+    subject.__name__ = subject.__qualname__ = name
+    subject.__doc__ = doc
+    return subject
 
 
-def tpu_inference_distributed(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    layout: ShardLayout,
-    *,
-    sampling: SamplingParams,
-    scale: float = 1.0,
-    soft_cap: float | None = None,
-    d2t: torch.Tensor | None = None,
-    group: TPGroup,
-):
-    """tpu-inference's ``sample(..., allow_distributed_sampling=True)``: its sharded candidate path where it takes
-    the batch, its classic path elsewhere (module docstring)."""
-    return run_on_mesh(True, tpu.sample, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group)
-
-
+tpu_inference_classic = on_mesh(
+    "tpu_inference_classic",
+    False,
+    tpu.sample,
+    "tpu-inference's ``sample(..., allow_distributed_sampling=False)`` on the gathered row (module docstring).",
+)
+tpu_inference_distributed = on_mesh(
+    "tpu_inference_distributed",
+    True,
+    tpu.sample,
+    "tpu-inference's ``sample(..., allow_distributed_sampling=True)``: its sharded candidate path where it takes the "
+    "batch, its classic path elsewhere (module docstring).",
+)
 for _fn in (tpu_inference_classic, tpu_inference_distributed):
     _fn.masks = ("top_k", "top_p")
     _fn.needs = tpu.why_unavailable  # jax and the wheel: tpargmax install-tpu-inference

@@ -36,11 +36,11 @@ def check_support(impl: Impl, inputs: Inputs, plan: SamplePlan) -> tuple[Drawn, 
     with repro_extra(sampling=plan_fields(plan)):
         drawn, params = run_sampler(impl, inputs, plan, SAMPLE_SUPPORT)
         allowed = support(inputs, params) | boundary(inputs, params.to("cpu"))
-        tokens, vocab = drawn.tokens.cpu(), allowed.shape[1]
+        tokens, vocab, want = drawn.tokens.cpu(), allowed.shape[1], None
         for row, token in enumerate(tokens.tolist()):
             if 0 <= token < vocab and bool(allowed[row, token]):
                 continue
-            want = oracle_sample(inputs, params, noise_of(impl))
+            want = want or oracle_sample(inputs, params, noise_of(impl))  # once, and only where a row is outside
             if divergent(inputs, params, want, row, token):
                 continue
             p = params.to("cpu")

@@ -145,3 +145,11 @@ def sample_on_logits(fn, logits: torch.Tensor, tp: int, sampling, timeout: float
         return fn(hidden=logits, weight=weight, bias=None, layout=layout, sampling=sampling, group=group)
 
     return run_simulated(rank, tp, timeout)[0]
+
+
+def run_script(script, **env):
+    """The script as a user runs it, from its folder, with the engine alone (not the project) on the path."""
+    env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}, **env}
+    return subprocess.run(
+        [sys.executable, str(script)], cwd=script.parent, env=env, capture_output=True, text=True, timeout=1800
+    )

@@ -19,7 +19,7 @@ import torch
 from engines import sampling_findings, sglang_sampling
 from engines.vllm import triton_files
 from properties import repro
-from tests.suite import ROOT
+from tests.suite import ROOT, run_script
 from tpargmax.report_page import render
 from tpargmax.report_subjects import sampling_runs
 
@@ -72,14 +72,6 @@ def test_every_standalone_script_is_a_causes_and_every_causes_exists():
 # the hand-written reproductions: the samplers' and SGLang's page's (vLLM's are generated: tests/test_standalone.py)
 HAND_WRITTEN = SCRIPTS + sorted((ROOT / "docs" / "conformance" / "sglang-0.5.23").glob("*.py"))
 NEEDS_A_DEVICE = {"vllm_gumbel", "vllm_dflash2_cache_out_of_row", "sglang_lilicorr_neg_inf_ids", "nan_row_argmax"}
-
-
-def run_script(script, **env):
-    """The script as a user runs it, from its folder, with the engine alone (not the project) on the path."""
-    env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}, **env}
-    return subprocess.run(
-        [sys.executable, str(script)], cwd=script.parent, env=env, capture_output=True, text=True, timeout=1800
-    )
 
 
 @pytest.mark.parametrize("script", HAND_WRITTEN, ids=[path.stem for path in HAND_WRITTEN])

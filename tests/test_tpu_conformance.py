@@ -8,7 +8,6 @@ The page and its JSON are checked on any machine; replaying and the script's ver
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -16,7 +15,7 @@ import pytest
 
 from engines import tpu_inference, tpu_inference_findings
 from properties import repro
-from tests.suite import ROOT
+from tests.suite import ROOT, run_script
 from tpargmax.report_page import render
 from tpargmax.report_subjects import tpu_inference_runs
 
@@ -53,18 +52,10 @@ def test_every_standalone_script_is_a_causes_and_every_causes_exists():
     assert named == {str(path.relative_to(ROOT)) for path in SCRIPTS}
 
 
-def _script(script, **env):
-    """The script as a user runs it, from its folder, with the engine alone (not the project) on the path."""
-    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, **env}
-    return subprocess.run(
-        [sys.executable, str(script)], cwd=script.parent, env=env, capture_output=True, text=True, timeout=600
-    )
-
-
 @pytest.mark.parametrize("script", SCRIPTS, ids=[path.stem for path in SCRIPTS])
 def test_without_jax_a_script_says_so_in_one_line_and_exits_2(script):
     fixture = ROOT / "tests" / "fixtures" / "without_engines"
-    out = _script(script, PYTHONPATH=str(fixture), WITHOUT="jax,jaxlib,tpu_inference")
+    out = run_script(script, PYTHONPATH=str(fixture), WITHOUT="jax,jaxlib,tpu_inference")
     lines = out.stdout.splitlines()
     assert out.returncode == 2 and len(lines) == 1 and out.stderr == "", out.stdout + out.stderr[-2000:]
     assert ": cannot be judged here: " in lines[0] and lines[0].endswith("not installed"), lines
@@ -73,7 +64,7 @@ def test_without_jax_a_script_says_so_in_one_line_and_exits_2(script):
 @pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 @pytest.mark.parametrize("script", SCRIPTS, ids=[path.stem for path in SCRIPTS])
 def test_each_standalone_script_still_shows_its_causes(script):
-    out = _script(script)
+    out = run_script(script)
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
 
 
