@@ -66,8 +66,8 @@ Neither subject takes top-p (``fn.masks = ("top_k",)``): SGLang's candidate path
 
 from __future__ import annotations
 
+import contextvars
 import math
-import threading
 import types
 from functools import cache
 from typing import Any
@@ -110,19 +110,20 @@ def why_unavailable() -> str | None:
     return sglang.why_unavailable(FILES)
 
 
-# The rank running SGLang's code now: the simulated group runs its ranks as threads of one process.
-_RANK = threading.local()
+# The rank running SGLang's code now: the simulated group runs its ranks as greenlets of one thread, each with its
+# own context.
+_RANK: contextvars.ContextVar[TPGroup] = contextvars.ContextVar("sglang_rank")
 
 
 class _Parallel:
     @property
     def tp_size(self) -> int:
-        return _RANK.group.world_size
+        return _RANK.get().world_size
 
 
 def _all_gather(t: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """``tensor_model_parallel_all_gather``: every rank's ``t`` concatenated along ``dim``, in rank order."""
-    return torch.cat(list(_RANK.group.all_gather(t.contiguous()).unbind(0)), dim=dim)
+    return torch.cat(list(_RANK.get().all_gather(t.contiguous()).unbind(0)), dim=dim)
 
 
 class _InterpretedCuda(torch.Tensor):
@@ -274,11 +275,11 @@ def _candidates(hidden, weight, bias, layout: ShardLayout, k: int, rows: torch.T
         batch = hidden.shape[0]
         none = torch.zeros(batch, 1, dtype=torch.int64, device=hidden.device)
         return none, torch.full((batch, 1), -math.inf, device=hidden.device), torch.zeros(batch, device=hidden.device)
-    _RANK.group = group
+    token = _RANK.set(group)
     try:
         return load().dflash.candidate_topk(hidden, _Head(weight, bias, layout), k, with_partition=True)
     finally:
-        del _RANK.group
+        _RANK.reset(token)
 
 
 def sglang_candidate_topk(

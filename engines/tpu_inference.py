@@ -73,7 +73,7 @@ def _rows(batch: int) -> int:
     return max(MIN_BATCH, 1 << (max(batch, 1) - 1).bit_length())
 
 
-_LOCK = threading.RLock()  # the simulated group's ranks are threads: one JAX call at a time
+_LOCK = threading.RLock()  # one JAX call at a time, from whichever thread a rank runs on
 
 
 def _never_called(name: str):

@@ -1,17 +1,20 @@
-"""A simulated TP group: one thread per rank, exchanging only through collectives.
+"""A simulated TP group: every rank a greenlet on one host thread, switched at each collective.
 
 Each rank runs the real rank code and sees nothing but its own shard and what
-the collectives hand back.  The ranks take turns, in rank order: the driver
-hands the turn to one rank, which runs until it enters a collective (or
-returns) and hands it back; once every rank waits in the same collective, the
-exchange happens and a new round of turns begins.  Turn-taking is a valid
-schedule of concurrent ranks, and it makes a run deterministic and fast: no two
-rank threads ever contend for the GIL.
+the collectives hand back.  The ranks take turns, in rank order: a rank runs
+until it enters a collective (or returns) and switches back to the driver; once
+every rank waits in the same collective, the exchange happens and a new round
+of turns begins.  Turn-taking is a valid schedule of concurrent ranks, and it
+makes a run deterministic.  A switch between greenlets is a function call, not
+a handoff between OS threads: the whole run costs the caller two thread
+handoffs, to the host thread and back.
 
-It also makes faults exact instead of timed: a rank that returns or calls
-another collective while its peers wait is named at once, and a rank that
-raises stops its peers.  Only a rank that runs ``timeout`` seconds without
-reaching a collective is reported as hung.
+Faults are exact instead of timed: a rank that raises stops its peers, and a
+deadlock (every rank still running waits in a collective that no other rank
+will join: a peer returned, or called another one) is named at once.  Only a
+rank that runs ``timeout`` seconds without reaching a collective is reported as
+hung; the host thread is the only thing that cannot be stopped, and it is left
+to the hung rank and never reused.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import traceback
 from collections.abc import Callable
 from typing import TypeVar
 
+import greenlet
 import torch
 
 from sharded.group import ReduceOp, Traffic
@@ -50,99 +54,152 @@ class RankTimeout(RuntimeError):
         self.limit, self.limit_name = limit, limit_name
 
 
-def _baton() -> threading.Lock:
-    """A held lock as a binary semaphore: another thread's ``release`` hands the turn over (and fast, in C)."""
-    lock = threading.Lock()
-    lock.acquire()
-    return lock
+class _Host(threading.Thread):
+    """A daemon thread that drives one run after another; idle ones wait in ``_IDLE``.
 
-
-class _RankThread(threading.Thread):
-    """A daemon thread that runs one rank's job after another; idle ones wait in ``_IDLE``.
-
-    Reusing threads saves a thread start per rank per run; a thread whose job
-    never ends (a hung rank) simply never comes back to the idle queue.
+    A host whose run never ends (a hung rank) never comes back to the idle queue.
     """
 
     def __init__(self) -> None:
-        super().__init__(name="tp-rank", daemon=True)
+        super().__init__(name="tp-ranks", daemon=True)
         self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self.start()
 
     def run(self) -> None:
         while True:
             self.jobs.get()()
+            _IDLE.put(self)
 
 
-_IDLE: queue.SimpleQueue[_RankThread] = queue.SimpleQueue()
+_IDLE: queue.SimpleQueue[_Host] = queue.SimpleQueue()
 
 
-class _Turn:
-    """One rank's seat at the table: how to resume it, what it waits in and what it gets back."""
+class _Seat:
+    """One rank: its greenlet, the collective it waits in, and whether it has finished."""
 
-    def __init__(self, job: Callable[[], None]) -> None:
-        self.job: Callable[[], None] | None = job  # its first turn: handed to an idle thread
-        self.go = _baton()  # its later turns
-        self.call: tuple[str, torch.Tensor] | None = None  # the collective this rank waits in
-        self.reply: list[torch.Tensor] | None = None
-        self.abort: str | None = None  # why the run ended while this rank waited
+    def __init__(self, glet: greenlet.greenlet) -> None:
+        self.glet = glet
+        self.call: tuple[str, torch.Tensor] | None = None
         self.finished = False
-        self.done = threading.Event()  # set as its thread lets go of the job
 
 
-class _World:
-    def __init__(self, world_size: int, jobs: list[Callable[[], None]]) -> None:
-        self.world_size = world_size
-        self.turns = [_Turn(job) for job in jobs]
-        self.back = _baton()  # a rank hands the turn back to the driver
+class _Run:
+    """One run of ``rank_fn`` on every rank; the host thread drives it, the caller waits for its outcome."""
+
+    def __init__(self, rank_fn: Callable[[SimGroup], T], world_size: int) -> None:
+        self.rank_fn, self.world_size = rank_fn, world_size
+        self.results: list = [None] * world_size
+        self.errors: dict[int, BaseException] = {}
+        self.outcome: BaseException | None = None  # what the caller raises; None once done: the results
         self.over = False
-
-    def resume(self, rank: int) -> None:
-        """Give ``rank`` the turn (the driver does)."""
-        turn = self.turns[rank]
-        if turn.job is None:
-            turn.go.release()
-            return
-        job, turn.job = turn.job, None
-        try:
-            thread = _IDLE.get_nowait()
-        except queue.Empty:
-            thread = _RankThread()
-        thread.jobs.put(job)
-
-    def hand_back(self) -> None:
-        """End this rank's turn (unless the run has ended, when nobody waits for it)."""
-        if not self.over:
-            self.back.release()
+        self.done = threading.Event()
+        self.turn = (0, time.monotonic())  # the rank running now, and since when: the caller's watchdog reads it
+        self.seats: list[_Seat] = []
+        self.groups: list[SimGroup] = []
+        self.why = "the run ended"  # what stopped it, told to every rank still waiting
 
     def exchange(self, rank: int, what: str, tensor: torch.Tensor) -> list[torch.Tensor]:
         """Wait in collective ``what`` until every rank is in it; every rank's tensor in rank order."""
-        turn = self.turns[rank]
         if self.over:
             raise CollectiveError(f"rank {rank}: {what} called after the run ended")
-        turn.call, turn.reply = (what, tensor.detach().clone()), None
-        self.hand_back()
-        turn.go.acquire()
-        turn.call = None
-        if turn.abort is not None:
-            raise CollectiveError(f"rank {rank}: {what} aborted: {turn.abort}")
-        return turn.reply
+        seat = self.seats[rank]
+        if greenlet.getcurrent() is not seat.glet:
+            raise CollectiveError(f"rank {rank}: {what} called outside its rank's task (from another thread?)")
+        seat.call = (what, tensor.detach().clone())
+        return seat.glet.parent.switch()  # the driver resumes this rank with every rank's tensor, or throws
 
-    def stop(self, why: str, grace: float) -> None:
-        """End the run: every rank still waiting in a collective raises CollectiveError and exits, and the driver
-        waits up to ``grace`` seconds for them to let go of their jobs: a rank thread still in torch code when the
-        process exits can abort it ("terminate called without an active exception", measured under load)."""
-        self.over = True
-        woken = [turn for turn in self.turns if turn.call is not None and not turn.finished]
-        for turn in woken:
-            turn.abort = why
-            try:
-                turn.go.release()
-            except RuntimeError:  # its turn was being handed over as the run ended: it wakes anyway
-                pass
-        deadline = time.monotonic() + grace
-        for turn in woken:
-            turn.done.wait(max(0.0, deadline - time.monotonic()))
+    def body(self, rank: int, group: SimGroup) -> None:
+        try:
+            with guarded(f"rank {rank} of {self.world_size}"):  # SystemExit or os._exit: an ImplementationExit
+                self.results[rank] = self.rank_fn(group)
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller
+            self.errors[rank] = exc
+        seat = self.seats[rank]
+        seat.call, seat.finished = None, True
+
+    def resume(self, rank: int, reply: object = None) -> None:
+        """Give ``rank`` the turn until it waits in a collective or finishes."""
+        self.turn = (rank, time.monotonic())
+        self.seats[rank].glet.switch(reply)
+
+    def drive(self) -> None:
+        """The host thread's job: rounds of turns and exchanges until every rank finished or the run failed."""
+        driver = greenlet.getcurrent()
+        self.groups = [SimGroup(self, r) for r in range(self.world_size)]
+        self.seats = [
+            _Seat(greenlet.greenlet(lambda *_, r=r: self.body(r, self.groups[r]), parent=driver))
+            for r in range(self.world_size)
+        ]
+        try:
+            self.outcome = self.rounds()
+        except BaseException as exc:  # noqa: BLE001 - a fault of the driver itself still reaches the caller
+            self.outcome = exc
+        finally:
+            self.over = True
+            self.stop()
+            self.done.set()
+
+    def rounds(self) -> BaseException | None:
+        reply: list[torch.Tensor] | None = None
+        while True:
+            for rank, seat in enumerate(self.seats):
+                if seat.finished:
+                    continue
+                if self.over:  # the caller gave up on a hung rank that has now come back
+                    return None
+                self.resume(rank, reply)
+                if rank in self.errors:
+                    exc = self.errors[rank]
+                    where = f"raised on rank {rank} of {self.world_size}"
+                    exc.add_note(f"{where}:\n{''.join(traceback.format_exception(exc))}")
+                    self.why = f"rank {rank} raised"
+                    return exc
+            waiting = {r: s.call for r, s in enumerate(self.seats) if not s.finished}
+            if not waiting:
+                return None
+            if len(waiting) < self.world_size:
+                self.why = "a peer returned without joining"
+                what = next(iter(waiting.values()))[0]
+                returned = [r for r in range(self.world_size) if r not in waiting]
+                return RankTimeout(
+                    f"a collective was never joined: rank(s) {sorted(waiting)} waited in {what}, "
+                    f"rank(s) {returned} of {self.world_size} returned without joining it (a real group would hang)"
+                )
+            if len({(w, t.dtype, tuple(t.shape), t.device.type) for w, t in waiting.values()}) != 1:
+                self.why = "mismatched collectives"
+                calls = "; ".join(
+                    f"rank {r}: {w} {t.dtype} {tuple(t.shape)} on {t.device.type}" for r, (w, t) in waiting.items()
+                )
+                return CollectiveError(f"ranks called mismatched collectives: {calls}")
+            reply = [t for _, t in waiting.values()]
+            for seat in self.seats:
+                seat.call = None
+
+    def stop(self) -> None:
+        """Every rank still waiting in a collective raises CollectiveError there and unwinds, so that no rank's
+        task outlives its run; one never started is dropped."""
+        for rank, seat in enumerate(self.seats):
+            if seat.finished or not seat.glet:  # done, or never started: nothing to unwind
+                continue
+            what = seat.call[0] if seat.call else "a collective"
+            self.turn = (rank, time.monotonic())
+            seat.glet.throw(CollectiveError(f"rank {rank}: {what} aborted: {self.why}"))
+
+    def wait(self, timeout: float) -> None:
+        """The caller's side: wait for the outcome; a rank holding the turn ``timeout`` seconds is hung."""
+        while not self.done.wait(max(0.0, self.turn[1] + timeout - time.monotonic())):
+            rank, since = self.turn
+            if time.monotonic() - since < timeout:
+                continue  # the turn moved on meanwhile
+            self.over = True  # the host stays with the hung rank; any rank it wakes again ends at its next collective
+            if self.outcome is not None:  # a peer hung while being stopped: the cause still wins
+                raise self.outcome
+            raise RankTimeout(
+                f"rank {rank} of {self.world_size} still running after {timeout}s, outside any collective (hung)",
+                timeout,
+            )
+        if self.outcome is not None:
+            raise self.outcome
 
 
 def _here(parts: list[torch.Tensor], mine: torch.Tensor) -> list[torch.Tensor]:
@@ -153,21 +210,21 @@ def _here(parts: list[torch.Tensor], mine: torch.Tensor) -> list[torch.Tensor]:
 class SimGroup:
     """One rank's view of a simulated group (see :class:`sharded.group.TPGroup`)."""
 
-    def __init__(self, world: _World, rank: int) -> None:
-        self._world = world
+    def __init__(self, run: _Run, rank: int) -> None:
+        self._run = run
         self.rank = rank
-        self.world_size = world.world_size
+        self.world_size = run.world_size
         self.traffic = Traffic()
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        out = torch.stack(_here(self._world.exchange(self.rank, "all_gather", tensor), tensor))
+        out = torch.stack(_here(self._run.exchange(self.rank, "all_gather", tensor), tensor))
         self.traffic.record("all_gather", out)
         return out
 
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> torch.Tensor:
         if op not in _REDUCERS:
             raise ValueError(f"unsupported reduce op {op!r}; use one of {sorted(_REDUCERS)}")
-        parts = _here(self._world.exchange(self.rank, f"all_reduce({op})", tensor), tensor)
+        parts = _here(self._run.exchange(self.rank, f"all_reduce({op})", tensor), tensor)
         out = parts[0].clone()
         for part in parts[1:]:
             out = _REDUCERS[op](out, part)
@@ -184,68 +241,14 @@ def run_simulated(
     its traceback, and its peers are stopped; a rank that tries to end the process
     (``SystemExit``, ``os._exit``) raises :class:`sharded.no_exit.ImplementationExit`.  A rank that returns or calls
     another collective while its peers wait raises :class:`RankTimeout` (as it
-    would hang a real group) or :class:`CollectiveError`; so does a rank that
-    runs ``timeout`` seconds without reaching a collective.
+    would hang a real group) or :class:`CollectiveError` at once; a rank that
+    runs ``timeout`` seconds without reaching a collective raises :class:`RankTimeout` naming it.
     """
-    results: list = [None] * world_size
-    errors: dict[int, BaseException] = {}
-
-    def job(rank: int) -> Callable[[], None]:
-        def body() -> None:
-            threading.current_thread().name = f"tp-rank-{rank}"
-            try:
-                with guarded(f"rank {rank} of {world_size}"):  # SystemExit or os._exit: an ImplementationExit
-                    results[rank] = rank_fn(groups[rank])
-            except BaseException as exc:  # noqa: BLE001 - reported to the caller below
-                errors[rank] = exc  # its traceback is formatted by the driver: see below
-            turn = world.turns[rank]
-            turn.call, turn.finished = None, True
-            _IDLE.put(threading.current_thread())  # free before the turn goes back, so the next run reuses it
-            world.hand_back()
-            turn.done.set()
-
-        return body
-
-    world = _World(world_size, [job(r) for r in range(world_size)])
-    groups = [SimGroup(world, r) for r in range(world_size)]
-    while True:
-        for rank, turn in enumerate(world.turns):
-            if turn.finished:
-                continue
-            world.resume(rank)
-            if not world.back.acquire(timeout=timeout):
-                world.stop(f"rank {rank} hung", timeout)
-                raise RankTimeout(
-                    f"rank {rank} of {world_size} still running after {timeout}s, outside any collective (hung)",
-                    timeout,
-                )
-            if rank in errors:
-                break
-        if errors:
-            first = min(errors)
-            world.stop(f"rank {first} raised", timeout)
-            exc = errors[first]
-            # Formatted here, in the driver's thread: Python 3.11's traceback module parses source with
-            # ast, which is not safe in two threads at once (CPython gh-106905), and stopped ranks wake now.
-            exc.add_note(f"raised on rank {first} of {world_size}:\n{''.join(traceback.format_exception(exc))}")
-            raise exc
-        waiting = {r: t.call for r, t in enumerate(world.turns) if not t.finished}
-        if not waiting:
-            return results, groups
-        if len(waiting) < world_size:
-            world.stop("a peer returned without joining", timeout)
-            what = next(iter(waiting.values()))[0]
-            returned = [r for r in range(world_size) if r not in waiting]
-            raise RankTimeout(
-                f"a collective was never joined: rank(s) {sorted(waiting)} waited in {what}, "
-                f"rank(s) {returned} of {world_size} returned without joining it (a real group would hang)"
-            )
-        if len({(w, t.dtype, tuple(t.shape), t.device.type) for w, t in waiting.values()}) != 1:
-            world.stop("mismatched collectives", timeout)
-            calls = "; ".join(
-                f"rank {r}: {w} {t.dtype} {tuple(t.shape)} on {t.device.type}" for r, (w, t) in waiting.items()
-            )
-            raise CollectiveError(f"ranks called mismatched collectives: {calls}")
-        parts = [t for _, t in waiting.values()]
-        for turn in world.turns:
-            turn.reply = parts
+    run = _Run(rank_fn, world_size)
+    try:
+        host = _IDLE.get_nowait()
+    except queue.Empty:
+        host = _Host()
+    host.jobs.put(run.drive)
+    run.wait(timeout)
+    return run.results, run.groups

@@ -12,20 +12,16 @@ status is 1 if any run failed or took longer than ``--limit`` seconds.
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout: the system Python has no install
+from tpargmax.throughput_compare import readme_commands  # noqa: E402 - torch-free, shared with throughput --compare
+
 BUSY = "while True: pass"
-
-
-def readme_commands(checkout: Path) -> tuple[str, str]:
-    """README's first two commands: setup, then the test command."""
-    setup, test = re.search(r"```bash\n(.+?)\n(.+?)\n```", (checkout / "README.md").read_text()).groups()
-    return setup, test
 
 
 def main() -> int:

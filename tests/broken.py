@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections import Counter
 
@@ -276,13 +275,13 @@ def batched_path_differs(hidden, weight, bias, layout, *, scale=1.0, soft_cap=No
     return impl(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
 
 
-_calls: Counter[str] = Counter()
+_calls: Counter[int] = Counter()  # calls per rank
 
 
 def alternating_tie_break(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
     """Every other call on a rank breaks cross-rank ties toward the highest rank."""
-    _calls[threading.current_thread().name] += 1
-    impl = highest_rank_wins if _calls[threading.current_thread().name] % 2 else vllm_pairs
+    _calls[group.rank] += 1
+    impl = highest_rank_wins if _calls[group.rank] % 2 else vllm_pairs
     return impl(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
 
 

@@ -9,6 +9,7 @@ large, one k for the batch), where the bug is in what the sampler is asked, not 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -58,7 +59,9 @@ def _sample(
     top_p_rule: str = "<",
     report_before_top_p: bool = False,
 ):
-    """Gather each rank's token rows (or its top ``per_rank``), then mask, add noise and take the first maximum."""
+    """Gather each rank's token rows (or its top ``per_rank``), then mask, add noise and take the first maximum: every
+    row at once, as :func:`reference.sampling.classic_sample` does (a loop over rows cost most of a power test's time
+    on the batches of 500), the bug-specific steps aside."""
     logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
     values, ids = token_logits(logits, layout)
     targets = ids if d2t is None else ids + d2t[ids]
@@ -79,7 +82,7 @@ def _sample(
         cols = targets[top]
     else:
         cols = targets.expand(x.shape[0], -1)
-    width = layout.size
+    width = layout.size if per_rank is None else min(layout.size, per_rank)  # what the widest rank sends
     pad = width - x.shape[1]
     rows = torch.stack(
         [
@@ -92,51 +95,67 @@ def _sample(
     every = group.all_gather(rows)  # [tp, 4, B, width]
     lse = group.all_gather(owner_lse)  # [tp, B]
     xs, gs, raws, tid = (every[:, i].permute(1, 0, 2).reshape(x.shape[0], -1) for i in range(4))
-    valid = tid >= 0
-    xs = xs.float().masked_fill(~valid, -math.inf)
-    order = tid.masked_fill(~valid, 2**40).argsort(dim=1)  # by target id, as the classic row is
-    if rank_order:  # left as gathered: rank by rank, so a tie goes to the lower rank
-        order = torch.arange(tid.shape[1]).expand_as(tid)
-    if largest_first:  # by target id, descending: a tie goes to the largest id
-        order = tid.masked_fill(~valid, -1).argsort(dim=1, descending=True)
-    xs, gs, raws, tid, valid = (a.gather(1, order) for a in (xs, gs, raws, tid, valid))
-    batch = xs.shape[0]
-    tokens = torch.empty(batch, dtype=torch.int64)
-    log_probs = torch.empty(batch, 2, dtype=torch.float64)
-    kept_ids = torch.full(xs.shape, -1, dtype=torch.int64)
-    for row in range(batch):
-        v, n, r, ids_row = xs[row][valid[row]], gs[row][valid[row]].float(), raws[row][valid[row]], tid[row][valid[row]]
-        chosen_on = v + n if noise_first else v
-        kept = by_k = torch.ones_like(v, dtype=torch.bool)
-        if not bool(greedy[row]):
-            k, p = sampling.top_k[row : row + 1], sampling.top_p[row : row + 1]
-            p = torch.ones_like(p) if ignore_top_p else p
-            kept = top_k_mask(chosen_on[None], k)[0]
-            if exact_k and 0 < int(k) < v.numel():  # the first k by value, ties by position: the rest dropped
-                kept = torch.zeros_like(kept)
-                kept[top_k_ids(chosen_on[None], int(k))[0]] = True
-            by_k = kept
-            kept = _nucleus(chosen_on, kept, p, top_p_rule)
-        if bool(greedy[row]):
-            score = v
-        elif temperature_after:
-            score = (r.float() + n) / float(t[row])
-        else:
-            score = v + n
-        if nan_loses:  # a max that compares with ``>``: a NaN never beats anything
-            score = score.masked_fill(score.isnan(), -math.inf)
-        best = int(score.masked_fill(~kept, -math.inf).argmax())
-        tokens[row] = ids_row[best]
-        raw_lp = r[best] - torch.logsumexp(lse[:, row], dim=0)  # every rank's tokens, the unsent candidates too
-        if shard_log_prob:  # normalised by the owner rank's own log-sum-exp
-            owner = int((every[:, 3, row] == float(ids_row[best])).any(dim=1).nonzero()[0])
-            raw_lp = r[best] - lse[owner, row]
-        reported = by_k if report_before_top_p else kept  # top-k's set, not the nucleus
-        processed = torch.log_softmax(v.double().masked_fill(~reported, -math.inf), dim=0)[best]
-        log_probs[row] = torch.stack([raw_lp, raw_lp if bool(greedy[row]) else processed])
-        mine = ids_row[best : best + 1] if bool(greedy[row]) else ids_row[reported]
-        kept_ids[row, : mine.numel()] = mine
-    return tokens, log_probs.float(), kept_ids, ()
+    walk = _walk(tid, rank_order, largest_first)
+    v, n, r, ids = xs.float().gather(1, walk), gs.gather(1, walk).float(), raws.gather(1, walk), tid.gather(1, walk)
+    chosen_on = v + n if noise_first else v
+    sampled = ~greedy
+    by_k = _on_rows(top_k_mask, sampled & (sampling.top_k > 0), chosen_on, sampling.top_k)  # the rest keep all
+    if exact_k:  # the first k by value, ties by position: the rest dropped
+        for row in sampled.nonzero().flatten().tolist():
+            if 0 < (k := int(sampling.top_k[row])) < v.shape[1]:
+                by_k[row] = torch.zeros_like(by_k[row]).index_fill_(0, top_k_ids(chosen_on[row : row + 1], k)[0], True)
+    p = torch.ones_like(sampling.top_p) if ignore_top_p else torch.where(sampled, sampling.top_p, 1.0)  # 1: off
+    kept = _nucleus(chosen_on, by_k, p, top_p_rule)
+    score = (r.float() + n) / t if temperature_after else v + n
+    score = torch.where(greedy.unsqueeze(1), v, score)
+    if nan_loses:  # a max that compares with ``>``: a NaN never beats anything
+        score = score.masked_fill(score.isnan(), -math.inf)
+    best = score.masked_fill(~kept, -math.inf).argmax(dim=1, keepdim=True)
+    token = ids.gather(1, best)
+    raw_lp = r.gather(1, best)[:, 0] - torch.logsumexp(lse, dim=0)  # every rank's tokens, the unsent candidates too
+    if shard_log_prob:  # normalised by the owner rank's own log-sum-exp
+        owner = (every[:, 3] == token).any(dim=2).int().argmax(dim=0)
+        raw_lp = r.gather(1, best)[:, 0] - lse[owner, torch.arange(lse.shape[1])]
+    reported = by_k if report_before_top_p else kept  # top-k's set, not the nucleus
+    processed = torch.log_softmax(v.double().masked_fill(~reported, -math.inf), dim=1).gather(1, best)[:, 0]
+    log_probs = torch.stack([raw_lp, torch.where(greedy, raw_lp, processed)], dim=1)
+    mine = torch.where(greedy.unsqueeze(1), torch.zeros_like(reported).scatter_(1, best, True), reported)
+    slot = torch.where(mine, mine.cumsum(dim=1) - 1, xs.shape[1])  # each row's ids in walk order; the rest to a spare
+    kept_ids = torch.full((xs.shape[0], xs.shape[1] + 1), -1, dtype=torch.int64).scatter_(1, slot, ids.long())
+    return token[:, 0].long(), log_probs.float(), kept_ids[:, :-1].contiguous(), ()
+
+
+def _on_rows(
+    mask: Callable[..., torch.Tensor],
+    rows: torch.Tensor,
+    x: torch.Tensor,
+    *args: torch.Tensor,
+    keep: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``mask(x, *args)`` (a row-by-row mask of reference.sampling) computed on ``rows`` only; the other rows keep
+    ``keep`` (all True if None).  A mask that is off on most rows then sorts only the rows it is on."""
+    out = torch.ones_like(x, dtype=torch.bool) if keep is None else keep.clone()
+    if bool(rows.any()):
+        out[rows] = mask(x[rows], *(a[rows] for a in args))
+    return out
+
+
+def _walk(tid: torch.Tensor, rank_order: bool, largest_first: bool) -> torch.Tensor:
+    """int64 ``[B, n]``: each row's gathered columns that hold a token (target id ``>= 0``; every row has as many), in
+    the order the row is walked: by target id, as the classic row is; rank by rank as gathered (a tie goes to the
+    lower rank); or by target id descending (a tie goes to the largest id).  Rows that gathered the same ids (all of
+    them, unless each rank sent each row's own top candidates) share one walk: one sort, not one per row."""
+    shared = bool((tid == tid[:1]).all())
+    rows = tid[:1] if shared else tid
+    valid = rows >= 0
+    if rank_order:
+        order = torch.arange(rows.shape[1]).expand_as(rows)
+    elif largest_first:
+        order = rows.masked_fill(~valid, -1).argsort(dim=1, descending=True)
+    else:
+        order = rows.masked_fill(~valid, 2**40).argsort(dim=1)
+    walk = order[valid.gather(1, order)].view(rows.shape[0], -1)  # a rank sends as many columns for every row
+    return walk.expand(tid.shape[0], -1) if shared else walk
 
 
 def _step_seeds(seeds: torch.Tensor) -> torch.Tensor:
@@ -151,11 +170,17 @@ def step_noise(seeds: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 def _nucleus(v: torch.Tensor, kept: torch.Tensor, p: torch.Tensor, rule: str) -> torch.Tensor:
-    """Top-p over ``kept`` (``v`` ordered by target id): ``"<"`` the contract's; ``"<="`` keeps a token whose mass
-    above is exactly ``p`` of the kept mass; ``"split"`` walks the tokens one by one, largest first and equal values
-    in id order, keeping each while the mass before it is below ``p``, so a tie group can be cut in two."""
+    """Top-p over each row's ``kept`` (``[B, n]``, ``v`` ordered by target id, ``p`` ``[B]``, 1: off): ``"<"`` the
+    contract's; ``"<="`` keeps a token whose mass above is exactly ``p`` of the kept mass; ``"split"`` walks the
+    tokens one by one, largest first and equal values in id order, keeping each while the mass before it is below
+    ``p``, so a tie group can be cut in two."""
     if rule == "<":
-        return top_p_mask(v[None], kept[None], p)[0]
+        return _on_rows(top_p_mask, p < 1, v, kept, p, keep=kept)
+    return torch.stack([_row_nucleus(v[row], kept[row], p[row : row + 1], rule) for row in range(v.shape[0])])
+
+
+def _row_nucleus(v: torch.Tensor, kept: torch.Tensor, p: torch.Tensor, rule: str) -> torch.Tensor:
+    """:func:`_nucleus` of one row, for the rules other than the contract's."""
     if float(p) >= 1 or not bool(has_probabilities(v[None], kept[None])[0]):  # no masses: top-p keeps top-k's set
         return kept
     margin, total = top_p_margin(v[None], kept[None], p)

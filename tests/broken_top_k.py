@@ -6,7 +6,6 @@ Like tests/broken.py, each is the correct local top-k with one bug, written from
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 
 import torch
@@ -74,13 +73,13 @@ def topk_two_gathers(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=Non
     return map_d2t(top, d2t, layout), values
 
 
-_topk_calls: Counter[str] = Counter()
+_topk_calls: Counter[int] = Counter()  # calls per rank
 
 
 def topk_alternating(hidden, weight, bias, layout, *, k, scale=1.0, soft_cap=None, d2t=None, group):
     """Every other call on a rank merges ties toward the higher rank."""
-    _topk_calls[threading.current_thread().name] += 1
-    impl = topk_merge_by_rank if _topk_calls[threading.current_thread().name] % 2 else topk_pairs
+    _topk_calls[group.rank] += 1
+    impl = topk_merge_by_rank if _topk_calls[group.rank] % 2 else topk_pairs
     return impl(hidden, weight, bias, layout, k=k, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
 
 

@@ -27,12 +27,24 @@ from tests.forked_runs import popen
 from tests.suite import ROOT, process_state
 
 TIMEOUT = 3.0  # the pool's hang timeout: what a healthy task takes is milliseconds
+# A hang is waited out in full, so a pool that is to hang waits less: still 70 times the slowest healthy task of
+# kwargs_for() measured on two cores under six busy loops (28 ms), and its ranks' start (gloo's rendezvous, bounded by
+# the rank's backstop: twice this, groups.rank_process) twice the slowest start measured there (1.9 s).
+HANG_TIMEOUT = 2.0
 GONE_WITHIN = 60.0  # closed or orphaned pool processes go within a second or two; this only bounds a regression
 
 
 @pytest.fixture
 def pool():
     p = RankPool(2, timeout=TIMEOUT)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def hanging_pool():
+    """A pool whose task will hang: :data:`HANG_TIMEOUT`."""
+    p = RankPool(2, timeout=HANG_TIMEOUT)
     yield p
     p.close()
 
@@ -95,19 +107,19 @@ def test_a_raising_rank_comes_back_with_its_traceback(pool):
 @pytest.mark.parametrize(
     "name, words",
     [
-        ("tests.broken:rank_one_sleeps", r"rank 1 did not answer within 3.0s \(hung\)"),
+        ("tests.broken:rank_one_sleeps", rf"rank 1 did not answer within {HANG_TIMEOUT}s \(hung\)"),
         ("tests.broken:rank_one_dies", r"rank 1 died \(SIGKILL\)"),
         (
             "tests.broken:last_rank_skips_the_exchange",
-            r"rank 0 did not answer within 3.0s \(hung\); rank\(s\) \[1\] had answered",
+            rf"rank 0 did not answer within {HANG_TIMEOUT}s \(hung\); rank\(s\) \[1\] had answered",
         ),
     ],
 )
-def test_a_hung_or_dead_rank_is_named(pool, name, words):
-    pids = pool.pids
+def test_a_hung_or_dead_rank_is_named(hanging_pool, name, words):
+    pids = hanging_pool.pids
     with pytest.raises(RankTimeout, match=words):
-        pool.run(name, kwargs_for())
-    assert not pool.alive and gone(pids)
+        hanging_pool.run(name, kwargs_for())
+    assert not hanging_pool.alive and gone(pids)
 
 
 DRIVER = """

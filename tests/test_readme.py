@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hypothesis import settings
 
-from properties.profiles import BACKEND_SHARE, CI_EXAMPLES, PROPERTY_SHARE
+from properties.profiles import BACKEND_SHARE, CI_EXAMPLES, budget
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -48,8 +48,7 @@ def test_the_throughput_table_shows_each_property_its_budget():
     rows = re.findall(r"^(test_\w+) +(sim|gloo) +(\d+) ", page("profiles.md"), flags=re.M)
     assert len(rows) == 20
     for test, backend, examples in rows:
-        budget = round(CI_EXAMPLES * BACKEND_SHARE[backend] * PROPERTY_SHARE.get(test, 1.0))
-        assert int(examples) == budget, (test, backend)
+        assert int(examples) == budget(test, backend), (test, backend)
 
 
 def test_readme_is_a_front_page():

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import subprocess
 import sys
 
 import pytest
@@ -18,7 +17,7 @@ from engines import tpu_inference as tpu
 from engines import tpu_inference_sampler as subjects
 from reference.sampling import SamplingParams, classic_sample
 from sharded.impls import Impl, shipped
-from tests.suite import ROOT, sample_on_logits
+from tests.suite import run, sample_on_logits
 from tpargmax.cli import main
 
 REASON = tpu.why_unavailable()
@@ -39,9 +38,10 @@ def test_the_install_is_jax_then_the_wheel_without_dependencies_then_a_check(cap
 
 def test_without_jax_the_subjects_skip_with_the_install_command_and_nothing_is_imported():
     """Importing the adapter imports no jax (nor NumPy: torch imports it where it is installed, the default venv has
-    none); where jax is absent the reason names the command."""
+    none); where jax is absent the reason names the command.  The import runs in a process of its own, forked from
+    one that imported torch alone (tests.forked_runs): the project's modules, the adapter's included, import fresh."""
     code = "import sys, engines.tpu_inference_sampler; print('jax' in sys.modules, 'numpy' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = run([sys.executable, "-c", code])
     numpy = importlib.util.find_spec("numpy") is not None
     assert out.stdout.split() == ["False", str(numpy)], out.stdout + out.stderr
     if importlib.util.find_spec("jax") is None:

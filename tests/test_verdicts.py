@@ -16,6 +16,7 @@ import shutil
 import signal
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,19 +55,27 @@ def run(**kwargs):
 
 
 @pytest.fixture
-def bundle(tmp_path: Path):
-    """``repro/<unique>/bug.json`` naming ``repro.<unique>.helper:run``, with ``helper.py`` beside it, unpacked in
-    the checkout, where the directory imports as a namespace package; and the marker the module writes."""
+def incoming() -> Iterator[tuple[Path, str]]:
+    """``repro/<unique>/`` in the checkout, where it imports as the namespace package ``repro.<unique>`` (a command
+    run there finds it without PYTHONPATH), and that package's name; removed afterwards."""
     name = f"incoming_{uuid.uuid4().hex[:8]}"
     where = ROOT / "repro" / name
     where.mkdir()
-    marker = tmp_path / "CODE-RAN"
-    (where / "helper.py").write_text(HELPER.format(marker=str(marker)))
-    path = record(tmp_path, f"repro.{name}.helper:run").rename(where / "bug.json")
     try:
-        yield path, f"repro.{name}.helper:run", marker
+        yield where, f"repro.{name}"
     finally:
         shutil.rmtree(where)
+
+
+@pytest.fixture
+def bundle(tmp_path: Path, incoming: tuple[Path, str]):
+    """``repro/<unique>/bug.json`` naming ``repro.<unique>.helper:run``, with ``helper.py`` beside it, unpacked in
+    the checkout; and the marker the module writes."""
+    where, package = incoming
+    marker = tmp_path / "CODE-RAN"
+    (where / "helper.py").write_text(HELPER.format(marker=str(marker)))
+    path = record(tmp_path, f"{package}.helper:run").rename(where / "bug.json")
+    return path, f"{package}.helper:run", marker
 
 
 def test_a_received_implementation_is_not_imported_unasked(bundle, capsys):
@@ -180,12 +189,15 @@ def test_a_case_replay_whose_implementation_ends_the_process_is_exit_1():
     assert out.returncode == 1 and f"FAILED [{ENDS['ends_the_process'][0]}]" in out.stdout, out.stdout + out.stderr
 
 
-def test_a_module_that_ends_the_process_on_import_is_refused(tmp_path):
-    (tmp_path / "exits_on_import.py").write_text("import os\nos._exit(0)\n")
-    path = record(tmp_path, "exits_on_import:run")
-    out = run([sys.executable, "-m", "tpargmax", "repro", str(path), "--trust-recorded-impl"], PYTHONPATH=str(tmp_path))
+def test_a_module_that_ends_the_process_on_import_is_refused(tmp_path, incoming):
+    """The module lies in the checkout, not on a PYTHONPATH: the command is then forked from a process that imported
+    torch (tests.forked_runs), a process of its own all the same, whose exit status is the verdict's."""
+    where, package = incoming
+    (where / "exits_on_import.py").write_text("import os\nos._exit(0)\n")
+    path = record(tmp_path, f"{package}.exits_on_import:run")
+    out = run([sys.executable, "-m", "tpargmax", "repro", str(path), "--trust-recorded-impl"])
     assert out.returncode == 2, out.stdout + out.stderr
-    assert "cannot load it: importing exits_on_import called os._exit(0)" in out.stderr, out.stderr
+    assert f"cannot load it: importing {package}.exits_on_import called os._exit(0)" in out.stderr, out.stderr
 
 
 def test_the_suite_fails_an_implementation_that_ends_the_run_without_xdist():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import cache
 
 import tpargmax  # noqa: F401 - puts the checkout on sys.path
 from sharded import quiet_numpy_notice
@@ -29,6 +30,7 @@ def _positive(text: str) -> int:
     return value
 
 
+@cache  # built once per process: the tests call main() in-process hundreds of times (5 ms a build)
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tpargmax", description="Token-exact checks of TP local argmax.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -160,9 +162,24 @@ def build_parser() -> argparse.ArgumentParser:
     rpt.add_argument("--row-timeout", type=float, default=900.0, help="seconds one row may take (default %(default)s)")
     rpt.set_defaults(run=lambda args: _lazy("tpargmax.report", "report")(args))
 
-    speed = commands.add_parser("throughput", help="examples per second of the core properties, per backend")
+    speed = commands.add_parser(
+        "throughput",
+        help="examples per second of every property, per backend; with --compare REV, README's test command at REV "
+        "and at HEAD from fresh clones",
+    )
     speed.add_argument("--impl", default="vllm_pairs", help="implementation to run them on (default %(default)s)")
+    speed.add_argument("--topk-impl", help="top-k implementation(s), as pytest's --topk-impl (default: the built-in)")
+    speed.add_argument("--sampling-impl", help="sampler(s), as pytest's --sampling-impl (default: the built-ins)")
     speed.add_argument("--backend", default="sim,gloo", help="comma-separated backends (default %(default)s)")
+    speed.add_argument("-k", help="only the properties matching this pytest -k expression")
+    speed.add_argument(
+        "--compare",
+        metavar="REV",
+        help="instead: clone REV and HEAD afresh, run each one's README setup, then time each one's README test "
+        "command (statistics shown, to count examples), interleaved; print one table row per commit",
+    )
+    speed.add_argument("--runs", type=_positive, default=1, help="with --compare: runs of each (default %(default)s)")
+    speed.add_argument("--repo", help="with --compare: the repository to clone (default: this checkout)")
     speed.set_defaults(run=lambda args: _lazy("tpargmax.throughput", "throughput")(args))
 
     cov = commands.add_parser("coverage", help="which pairs of case features the ci run's properties draw and check")
@@ -197,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("minutes", "rounds", "examples"):
         if args.command == "fuzz" and getattr(args, name) is not None and not getattr(args, name) > 0:
             parser.error(f"fuzz: --{name} must be > 0, got {getattr(args, name)}")
+    if args.command == "throughput" and args.compare is None and (args.runs != 1 or args.repo is not None):
+        parser.error("throughput: --runs and --repo go with --compare REV")
     return args.run(args)
 
 
