@@ -99,5 +99,5 @@ def test_layout_agrees_with_the_oracles_row_ids(org, added, padding, cut, data):
         assert torch.equal(lay.token_rows(), tokens) and torch.equal(lay.token_ids(), rows[tokens])
         assert torch.equal(lay.id_at(torch.arange(len(tokens))), rows[tokens])  # the ids one at a time
         real = (rows != NOT_A_ROW).nonzero().flatten().tolist()
-        assert real == [r for r in range(lay.size) if lay.row_of(int(rows[r])) == r]
+        assert len(rows) == lay.size and real == [r for r, t in enumerate(rows.tolist()) if lay.row_of(t) == r]
     assert sum(lay.num_real + lay.num_added for lay in layouts) == logits_vocab
