@@ -54,7 +54,7 @@ PROPERTY_SHARE = {
     "test_top_k_bytes_per_step": 0.25,
     "test_determinism": 0.25,  # two runs an example
     "test_top_k_determinism": 0.25,
-    "test_top1_is_the_argmax_token": 0.5,
+    "test_top1_is_the_argmax_token": 0.25,
     # every example is the same situation (each row all -inf, d2t shifting id 0): sizes and tp vary, little else
     "test_all_neg_inf_row_with_offset_d2t": 0.25,
 }

@@ -200,15 +200,13 @@ def candidates(
     tokens, log_probs, kept_ids, reasons = merge(cand, w, sampling, layout.vocab)
     notes = tuple(FALLBACKS[r - 1] if r else "" for r in reasons.tolist())
     if any(notes):  # every rank decides alike (the merged words are the same everywhere), so all gather together
-        back = (reasons > 0).unsqueeze(1)
-        all_tokens, all_log_probs, all_kept = gathered_sample(logits, layout, group, d2t, sampling)
-        tokens, log_probs = (
-            torch.where(back.squeeze(1), all_tokens, tokens),
-            torch.where(back, all_log_probs, log_probs),
-        )
-        width = max(kept_ids.shape[1], all_kept.shape[1])
-        kept_ids, all_kept = (F.pad(k, (0, width - k.shape[1]), value=-1) for k in (kept_ids, all_kept))
-        kept_ids = torch.where(back, all_kept, kept_ids)
+        back = [row for row, note in enumerate(notes) if note]  # only these rows' logits
+        rows = torch.tensor(back, device=logits.device)
+        back_tokens, back_log_probs, back_kept = gathered_sample(logits[rows], layout, group, d2t, sampling.rows(back))
+        tokens, log_probs = tokens.index_copy(0, rows, back_tokens), log_probs.index_copy(0, rows, back_log_probs)
+        width = max(kept_ids.shape[1], back_kept.shape[1])
+        kept_ids, back_kept = (F.pad(k, (0, width - k.shape[1]), value=-1) for k in (kept_ids, back_kept))
+        kept_ids = kept_ids.index_copy(0, rows, back_kept)
     return tokens, log_probs, kept_ids, notes
 
 
