@@ -25,6 +25,20 @@ from tests import forked_runs
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def committed_repro_files(root: Path = ROOT) -> list[Path]:
+    """The JSON files directly under ``root/repro`` that git tracks: the project's own finds.  A user's run writes
+    its finds there too, untracked, and they are not the project's to judge (outside a git checkout: every file)."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--", "repro/*.json"], cwd=root, capture_output=True, text=True, timeout=60
+        )
+    except OSError:
+        listed = None
+    if listed is None or listed.returncode != 0:
+        return sorted((root / "repro").glob("*.json"))
+    return sorted(root / name for name in listed.stdout.split("\0") if name and "/" not in name[len("repro/") :])
+
+
 def process_state(pid: int) -> tuple[str, int] | None:
     """``(state, process group)`` of a process from ``/proc/PID/stat``, or None once it is gone.  A process can end
     between any two reads: its entry then vanishes (FileNotFoundError) or the read of its open ``stat`` raises

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from properties.cases import Case
 from properties.checks import TOKEN_EXACT
 from properties.top_k import TOP_K_TOP1
 from sharded.local_argmax import vllm_pairs
-from tests.suite import ROOT, run, verdicts
+from tests.suite import ROOT, committed_repro_files, run, verdicts
 from tests.test_hostile_input import one_line
 from tpargmax.cli import main as tpargmax
 
@@ -213,12 +214,24 @@ def test_the_suite_fails_an_implementation_that_ends_the_run_without_xdist():
 
 
 def test_every_committed_repro_file_here_replays_with_the_rule_it_recorded(capsys):
-    """The files of ``repro/`` itself (the engines' own folders need their engines: tests/test_conformance.py)."""
-    files = sorted((ROOT / "repro").glob("*.json"))
+    """The files of ``repro/`` itself that git tracks (the engines' own folders need their engines:
+    tests/test_conformance.py; a user's own finds land there untracked)."""
+    files = committed_repro_files()
     assert files
     assert tpargmax(["repro", *map(str, files)]) == 1
     said = verdicts(capsys.readouterr().out, files)
     assert said == {str(path): f"[{json.loads(path.read_text())['rule']}]" for path in files}
+
+
+def test_a_users_own_find_is_not_a_committed_file(tmp_path):
+    """A failing ``--impl mypkg:fn`` run writes its find into ``repro/``: the committed-file test leaves it out, so
+    the next README run stays green (the regression test still replays it on the implementations under test)."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=60)
+    (tmp_path / "repro" / "vllm-0.32.0").mkdir(parents=True)
+    for name in ("shipped.json", "vllm-0.32.0/engine.json", "mine.json"):
+        (tmp_path / "repro" / name).write_text("{}")
+    subprocess.run(["git", "add", "repro/shipped.json", "repro/vllm-0.32.0"], cwd=tmp_path, check=True, timeout=60)
+    assert committed_repro_files(tmp_path) == [tmp_path / "repro" / "shipped.json"]
 
 
 def test_the_guard_leaves_os_exit_to_everything_else():
