@@ -1,5 +1,6 @@
 """The nightly workflow is valid YAML, runs on a schedule as a matrix of fuzz workers on one database, merges their
-finds into one summary, carries the database, uploads the finds, and names only commands that exist."""
+finds into one summary, carries the database, uploads the finds, and names only commands that exist; the pull-request
+workflow runs README's two commands as .ci/run does and reads the fleet's database read-only where its secret exists."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ TRIGGERS = WORKFLOW[True]  # YAML 1.1, which PyYAML reads, takes the bare key `o
 JOBS = WORKFLOW["jobs"]
 FUZZ, SUMMARY = JOBS["fuzz"], JOBS["summary"]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+CI = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8"))
 
 
 def _uses(job: dict) -> list[tuple[str, dict]]:
@@ -88,3 +90,23 @@ def test_names_only_commands_that_exist():
     assert {args[1] for args in tpargmax} == {"fuzz", "fuzz-summary"}
     for args in tpargmax:
         build_parser().parse_args(args[1:])  # exits with a usage error if the command or an option is unknown
+
+
+def test_every_pull_request_runs_readmes_two_commands_as_ci_does():
+    assert set(CI[True]) == {"push", "pull_request"} and CI[True]["push"]["branches"] == ["main"]
+    (job,) = CI["jobs"].values()
+    runs = _runs(job)
+    (at,) = [i for i, r in enumerate(runs) if r == ".ci/run"]
+    assert any("apt-get install" in r and "redis-server" in r for r in runs[:at])  # .ci/run needs root to install it
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    setup, test = re.search(r"```bash\n(.+?)\n(.+?)\n```", README).groups()
+    assert setup in script and test in script  # README's two commands, exactly
+
+
+def test_the_fleets_database_is_read_only_and_only_where_its_secret_exists():
+    (job,) = CI["jobs"].values()
+    assert job["env"]["FLEET_DB"] == "${{ secrets.TPARGMAX_DB_URL }}"
+    (step,) = [s for s in job["steps"] if "TPARGMAX_DB" in s.get("env", {})]
+    assert step["if"] == "env.FLEET_DB != ''"
+    assert step["env"] == {"TPARGMAX_DB": "${{ secrets.TPARGMAX_DB_URL }}", "TPARGMAX_DB_READONLY": "1"}
+    assert "--hypothesis-profile dev" in step["run"]  # ci is derandomised: no database to read
