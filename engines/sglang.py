@@ -165,11 +165,6 @@ def why_unavailable(files: dict[str, str] = KERNEL_FILES) -> str | None:
     return None
 
 
-def sglang_available() -> bool:
-    """Whether the subjects can run: SGLang 0.5.23's wheel, an importable Triton, and CUDA or the interpreter."""
-    return why_unavailable() is None
-
-
 @dataclass(frozen=True)
 class Kernels:
     """The two kernel modules, executed from the wheel's files."""

@@ -38,6 +38,3 @@ def sglang_style(hidden, weight, bias, layout: ShardLayout, *, scale=1.0, soft_c
     logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
     keys = encode_keys(*local_best(logits, layout), id_bits=PACKED_ID_BITS)
     return map_d2t(decode_ids(group.all_reduce(keys, op="max"), PACKED_ID_BITS), d2t, layout)
-
-
-VARIANTS = {"trtllm_style": trtllm_style, "sglang_style": sglang_style}
