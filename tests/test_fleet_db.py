@@ -15,6 +15,7 @@ import pytest
 
 from properties import example_db
 from properties.fuzz_shards import shard_of, shard_seed
+from properties.profiles import share
 from tests.redis_server import redis_server, require
 from tests.suite import clear_settings, fork_the_commands, run, run_suite
 from tpargmax.cli import main as tpargmax
@@ -79,7 +80,7 @@ def test_a_server_that_dies_mid_run_loses_no_find(tmp_path):
             *FOUND_BY_GENERATION,
             "--fuzz-seed=8",
             "--max-examples",
-            "40",  # tp invariance runs a quarter of it: the 10 examples it ran at half of 20
+            str(round(10 / share("test_tp_invariance", "sim"))),  # tp invariance's share of it: the 10 that find it
             "-p",
             "tests.redis_dies",
             profile="dev",

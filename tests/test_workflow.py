@@ -14,6 +14,7 @@ import yaml
 
 from tests.suite import ROOT
 from tpargmax.cli import build_parser
+from tpargmax.throughput_compare import readme_commands
 
 WORKFLOW = yaml.safe_load((ROOT / ".github" / "workflows" / "nightly.yml").read_text(encoding="utf-8"))
 TRIGGERS = WORKFLOW[True]  # YAML 1.1, which PyYAML reads, takes the bare key `on` for the boolean true
@@ -99,7 +100,7 @@ def test_every_pull_request_runs_readmes_two_commands_as_ci_does():
     (at,) = [i for i, r in enumerate(runs) if r == ".ci/run"]
     assert any("apt-get install" in r and "redis-server" in r for r in runs[:at])  # .ci/run needs root to install it
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    setup, test = re.search(r"```bash\n(.+?)\n(.+?)\n```", README).groups()
+    setup, test = readme_commands(ROOT)
     assert setup in script and test in script  # README's two commands, exactly
 
 
