@@ -22,10 +22,12 @@ from hypothesis._settings import is_in_ci
 
 from groups.devices import DEVICE_ENV, DEVICES, check_backend, check_device, default_device
 from groups.pool import close_all_pools
-from properties import coverage, example_db, results, runner
-from properties.fuzz_shards import shard_of
-from properties.profiles import backend_budget  # importing it registers dev, ci and nightly
-from properties.sampling import noise_key_of, token_noise
+from properties.harness import coverage, example_db, results
+from properties.harness import settings as run_settings
+from properties.harness.fuzz_shards import shard_of
+from properties.harness.profiles import backend_budget  # importing it registers dev, ci and nightly
+from properties.harness.settings import BACKENDS, HEADS, pinned_head
+from properties.sampling.checks import noise_key_of, token_noise
 from sharded.impls import IMPL_ENV, SAMPLING_IMPL_ENV, TOPK_IMPL_ENV, load_impl
 from sharded.local_argmax import BUILTINS, DEFAULT_IMPLS
 from sharded.local_sampling import DEFAULT_SAMPLING_IMPLS, SAMPLING_BUILTINS
@@ -59,7 +61,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--heads",
         default=os.environ.get("TPARGMAX_HEADS", "all"),
-        choices=runner.HEADS,
+        choices=HEADS,
         help="which heads the cases draw: all (default), or base: only base ids are tokens, for implementations "
         "without added vocabulary (added rows still appear, beyond the logits vocabulary; env TPARGMAX_HEADS)",
     )
@@ -122,7 +124,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--collective-timeout",
         type=float,
-        default=runner.collective_timeout,
+        default=run_settings.Settings.collective_timeout,
         help="seconds a rank may go without answering (gloo) or without reaching a collective (sim) before "
         "it is reported as hung (default %(default)s)",
     )
@@ -133,7 +135,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # what a property draws would depend on what earlier tests in the same xdist worker happened to import, and a
 # derandomized run could find a planted bug in one run and miss it in the next (measured: importing tpargmax.cli
 # first hid tests.broken:nan_lost_in_blocks from TP invariance).
-SUITE_PACKAGES = ("reference", "sharded", "groups", "properties", "engines", "tpargmax", "examples")
+SUITE_PACKAGES = ("reference", "sharded", "groups", "benchmarks", "properties", "engines", "tpargmax", "examples")
 
 
 def import_the_suite() -> None:
@@ -153,10 +155,8 @@ def pytest_configure(config: pytest.Config) -> None:
     import_the_suite()
     if (why := example_db.problem()) is not None:  # a shared database that cannot be used: say so, never fall back
         raise pytest.UsageError(why)
-    runner.collective_timeout = config.getoption("collective_timeout")
     record = os.environ.get(coverage.COVERAGE_ENV)
     statistics = config.getoption("hypothesis_show_statistics", False) and os.environ.get(coverage.EVENTS_ENV) != "off"
-    coverage.listening = bool(record or statistics)
     if record:
         coverage.record_to(record)
     if config.getoption("results_json"):
@@ -168,41 +168,53 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.register_profile(profile, settings.get_profile(profile), max_examples=config.getoption("max_examples"))
         settings.load_profile(profile)
     nightly = profile == "nightly"
-    runner.gloo_tps = _ints(config.getoption("gloo_tps") or ("2,4,8" if nightly else "2,4"), "--gloo-tps")
     try:
-        runner.device = check_device(config.getoption("device"))
+        device = check_device(config.getoption("device"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    backends = config.getoption("backend") or ("sim" if runner.device != "cpu" else "sim,gloo")
-    config.tpargmax_backends = [b.strip() for b in backends.split(",") if b.strip()]
-    unknown = set(config.tpargmax_backends) - set(runner.BACKENDS)
-    if unknown or not config.tpargmax_backends:
-        raise pytest.UsageError(f"--backend: choose from {', '.join(runner.BACKENDS)}, got {sorted(unknown)}")
-    if "torchrun" in config.tpargmax_backends and runner.torchrun_job is None:
+    given = config.getoption("backend") or ("sim" if device != "cpu" else "sim,gloo")
+    backends = tuple(b.strip() for b in given.split(",") if b.strip())
+    unknown = set(backends) - set(BACKENDS)
+    if unknown or not backends:
+        raise pytest.UsageError(f"--backend: choose from {', '.join(BACKENDS)}, got {sorted(unknown)}")
+    job = run_settings.current().torchrun_job  # set by properties.torchrun before it starts pytest
+    if "torchrun" in backends and job is None:
         raise pytest.UsageError("--backend torchrun: start the suite with torchrun -m properties.torchrun")
     try:
-        check_backend(config.tpargmax_backends, runner.device)
+        check_backend(backends, device)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    if runner.torchrun_job is not None and runner.torchrun_job.device.type != runner.device:
+    if job is not None and job.device.type != device:
         raise pytest.UsageError(
-            f"--device {runner.device}, but the torchrun job's ranks run on {runner.torchrun_job.device.type}: "
+            f"--device {device}, but the torchrun job's ranks run on {job.device.type}: "
             "give torchrun -m properties.torchrun the same --device"
         )
-    runner.heads = config.getoption("heads")
-    config.tpargmax_impls = _impls(config.getoption("impl"), DEFAULT_IMPLS)
-    config.tpargmax_topk_impls = _impls(config.getoption("topk_impl"), DEFAULT_TOPK_IMPLS)
-    config.tpargmax_sampling_impls = _impls(config.getoption("sampling_impl"), DEFAULT_SAMPLING_IMPLS)
+    impls = _impls(config.getoption("impl"), DEFAULT_IMPLS)
+    topk_impls = _impls(config.getoption("topk_impl"), DEFAULT_TOPK_IMPLS)
+    sampling_impls = _impls(config.getoption("sampling_impl"), DEFAULT_SAMPLING_IMPLS)
     try:
-        runner.pin_heads([*config.tpargmax_impls, *config.tpargmax_topk_impls, *config.tpargmax_sampling_impls])
+        pinned = pinned_head([*impls, *topk_impls, *sampling_impls])
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    run_settings.configure(
+        impls=impls,
+        topk_impls=topk_impls,
+        sampling_impls=sampling_impls,
+        backends=backends,
+        device=device,
+        collective_timeout=config.getoption("collective_timeout"),
+        gloo_tps=_ints(config.getoption("gloo_tps") or ("2,4,8" if nightly else "2,4"), "--gloo-tps"),
+        heads=config.getoption("heads"),
+        pinned=pinned,
+        repro_dir=config.getoption("repro_dir"),
+        listening=bool(record or statistics),
+    )
 
 
-def _impls(option: str | None, default: tuple[str, ...]) -> list:
+def _impls(option: str | None, default: tuple[str, ...]) -> tuple:
     specs = [s.strip() for s in (option or ",".join(default)).split(",") if s.strip()]
     try:
-        return [load_impl(s) for s in dict.fromkeys(specs)]
+        return tuple(load_impl(s) for s in dict.fromkeys(specs))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -224,31 +236,29 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    run = run_settings.current()
     return [
-        f"tpargmax: implementation(s) under test: {', '.join(i.spec for i in config.tpargmax_impls)}; "
-        f"top-k: {', '.join(i.spec for i in config.tpargmax_topk_impls)}; "
-        f"sampling: {', '.join(i.spec for i in config.tpargmax_sampling_impls)}; heads: {runner.heads}; "
-        f"backends: {', '.join(config.tpargmax_backends)} (gloo tps {runner.gloo_tps}); device: {runner.device}; "
+        f"tpargmax: implementation(s) under test: {', '.join(i.spec for i in run.impls)}; "
+        f"top-k: {', '.join(i.spec for i in run.topk_impls)}; "
+        f"sampling: {', '.join(i.spec for i in run.sampling_impls)}; heads: {run.heads}; "
+        f"backends: {', '.join(run.backends)} (gloo tps {run.gloo_tps}); device: {run.device}; "
         f"hypothesis profile: {settings.get_current_profile_name()}",
         *(
             f"tpargmax: named divergence: {i.spec} keys its noise by {noise_key_of(i)}, not by token id: its sampled "
             "tokens are judged by their support and distribution, its greedy rows token for token"
-            for i in config.tpargmax_sampling_impls
+            for i in run.sampling_impls
             if not token_noise(i)
         ),
     ]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    for fixture, impls in (
-        ("impl", metafunc.config.tpargmax_impls),
-        ("topk_impl", metafunc.config.tpargmax_topk_impls),
-        ("sampling_impl", metafunc.config.tpargmax_sampling_impls),
-    ):
+    run = run_settings.current()
+    for fixture, impls in (("impl", run.impls), ("topk_impl", run.topk_impls), ("sampling_impl", run.sampling_impls)):
         if fixture in metafunc.fixturenames:
             metafunc.parametrize(fixture, impls, ids=[i.spec for i in impls])
     if "backend" in metafunc.fixturenames:
-        metafunc.parametrize("backend", metafunc.config.tpargmax_backends)
+        metafunc.parametrize("backend", run.backends)
 
 
 def read_xfails(path: str) -> list[tuple[str, str]]:
@@ -263,6 +273,14 @@ def read_xfails(path: str) -> list[tuple[str, str]]:
                 raise pytest.UsageError(f"{path}:{number}: give a reason after '#' for {pattern.strip()!r}")
             entries.append((pattern.strip(), reason.strip()))
     return entries
+
+
+@pytest.fixture
+def kept_settings():
+    """For a test that configures the run's settings (conftest's pytest_configure, a command run in this process):
+    the run's own come back after it."""
+    with run_settings.changed() as run:
+        yield run
 
 
 @pytest.hookimpl(trylast=True)
@@ -346,7 +364,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     replaying = item.originalname == "test_repro_file_replays_clean"  # its case has a file already
     recorded = []
     if report.failed and call.excinfo is not None:
-        from properties import repro
+        from properties.repro import records as repro
 
         errors = (
             call.excinfo.value.exceptions
@@ -358,7 +376,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             if hasattr(exc, "repro") and report.when == "call" and not replaying:
                 notes = "\n".join(getattr(exc, "__notes__", []))
                 blob = next((line.strip() for line in notes.splitlines() if "@reproduce_failure" in line), None)
-                path = repro.write(item.config.getoption("repro_dir"), exc.repro, blob, item.originalname)
+                path = repro.write(run_settings.current().repro_dir, exc.repro, blob, item.originalname)
                 report.sections.append(("tpargmax repro file", f"{path}\nreplay: tpargmax repro {path}"))
             recorded.append((exc, None if path is None else str(path)))
     results.record(item, report, recorded)

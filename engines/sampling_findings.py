@@ -7,6 +7,7 @@ checks that each is claimed once and no claim is stale.  vLLM's lines are from `
 
 from __future__ import annotations
 
+from engines import versions
 from engines.findings import Cause, Findings, Reason
 
 PAGE = "docs/conformance/sampling"
@@ -73,7 +74,7 @@ CAUSES = (
     ),
 )
 
-VLLM_PAGE = "vllm-0.32.0.md"  # linked from the page, in the same folder
+VLLM_PAGE = versions.VLLM_PAGE.rpartition("/")[2] + ".md"  # linked from the page, in the same folder
 LOGITS = "vllm/model_executor/layers/logits_processor.py"
 DFLASH2 = "vllm/v1/worker/gpu/spec_decode/dflash2/speculator.py"
 DFLASH = "sglang/srt/models/dflash.py"

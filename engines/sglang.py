@@ -60,9 +60,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import os
 import sys
-import threading
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import cache
@@ -73,10 +71,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from engines.versions import SGLANG_VERSION
 from reference.checks import InvalidInput
+from sharded import triton_env
 from sharded.layout import ShardLayout
+from sharded.triton_env import TRITON_LOCK, interpreting
 
-SGLANG_VERSION = "0.5.23"
 DIST = "sglang"
 KERNEL_FILES = {
     "softcap_row_argmax": "sglang/kernels/ops/sampling/softcap_row_argmax.py",
@@ -87,8 +87,9 @@ INSTALL_HINT = (
     "SGLang is not installed: install it with `.venv/bin/tpargmax install-sglang` "
     f"(sglang {SGLANG_VERSION} without dependencies, 39 MB)"
 )
-TRITON_HINT = "Triton is not installed: SGLang's kernels need it (`.venv/bin/pip install triton`)"
-DEVICE_HINT = "SGLang's Triton kernels need a CUDA GPU, or Triton's CPU interpreter (TRITON_INTERPRET=1)"
+TRITON_SUBJECT = "SGLang's Triton kernels"
+TRITON_HINT = triton_env.not_installed(TRITON_SUBJECT)
+DEVICE_HINT = triton_env.no_device(TRITON_SUBJECT)
 
 # The Case fields the subjects fix: fp32 logits, SGLang's final soft cap, base ids only (every id a token
 # below config.vocab_size), no logit_scale, and no draft ids.
@@ -100,14 +101,6 @@ HEAD: dict[str, object] = {
     "scale": 1.0,
     "d2t": "none",
 }
-
-# Triton's interpreter patches triton.language module-wide while a kernel runs, so two rank threads of the
-# simulated group must not run kernels at once; on GPUs it also keeps first-call compilation single-file.
-_LAUNCH = threading.Lock()
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _installed_version() -> str | None:
@@ -135,18 +128,6 @@ def kernel_paths(files: dict[str, str] = KERNEL_FILES) -> dict[str, Path]:
     return {name: path for name, path in paths.items() if path.is_file()}
 
 
-@cache
-def _triton_imports() -> bool:
-    if importlib.util.find_spec("triton") is None:
-        return False
-    try:
-        import triton  # noqa: F401
-        import triton.language  # noqa: F401
-    except Exception:  # noqa: BLE001 - a broken Triton is as good as none
-        return False
-    return True
-
-
 def why_unavailable(files: dict[str, str] = KERNEL_FILES) -> str | None:
     """Why the subjects whose code is the wheel's ``files`` cannot run here (no wheel, another version, a file
     missing, no Triton, no CUDA), or None."""
@@ -158,11 +139,7 @@ def why_unavailable(files: dict[str, str] = KERNEL_FILES) -> str | None:
     missing = sorted(set(files) - set(kernel_paths(files)))
     if missing:
         return f"sglang {version} is installed without {', '.join(files[m] for m in missing)}: {INSTALL_HINT}"
-    if not _triton_imports():
-        return TRITON_HINT
-    if not (torch.cuda.is_available() or _interpreting()):
-        return DEVICE_HINT
-    return None
+    return triton_env.why_unavailable(TRITON_SUBJECT)
 
 
 @dataclass(frozen=True)
@@ -191,20 +168,23 @@ def load_kernels() -> Kernels:
     reason = why_unavailable()
     if reason is not None:
         raise RuntimeError(reason)
-    paths = kernel_paths()
-    modules = {}
-    for name, path in paths.items():
-        module_name = f"tpargmax_sglang_{SGLANG_VERSION.replace('.', '_')}_{name}"
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        if spec is None or spec.loader is None:
-            raise RuntimeError(f"cannot load {path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module  # Triton's JIT looks a kernel's module up by name
-        spec.loader.exec_module(module)
-        if _interpreting():
-            module.libdevice = _InterpretedLibdevice()
-        modules[name] = module
+    with TRITON_LOCK:  # the files build their kernels with Triton: one loader at a time (sharded.triton_env)
+        modules = {name: _execute(name, path) for name, path in kernel_paths().items()}
     return Kernels(row_argmax=modules["softcap_row_argmax"], softcap=modules["softcap"])
+
+
+def _execute(name: str, path: Path) -> ModuleType:
+    """Execute one kernel file under a private module name, with the interpreter's ``libdevice`` where it runs."""
+    module_name = f"tpargmax_sglang_{SGLANG_VERSION.replace('.', '_')}_{name}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # Triton's JIT looks a kernel's module up by name
+    spec.loader.exec_module(module)
+    if interpreting():
+        module.libdevice = _InterpretedLibdevice()
+    return module
 
 
 def _launch_on(device: torch.device) -> AbstractContextManager[Any]:
@@ -273,7 +253,7 @@ def sglang_deferred_argmax(
     shard_width = logits.shape[1]
     col_offset = group.rank * shard_width
     valid_width = max(0, min(shard_width, layout.vocab - col_offset))
-    with _LAUNCH, _launch_on(logits.device):
+    with TRITON_LOCK, _launch_on(logits.device):
         local = kernels.row_argmax.softcap_row_argmax(logits, float(soft_cap), valid_width, col_offset)
     gathered = group.all_gather(local)  # [world, B, 2], rank-major as all_gather_into_tensor lays it
     best_rank = gathered[..., 0].argmax(dim=0, keepdim=True)
@@ -298,7 +278,7 @@ def sglang_classic(
     gathered = group.all_gather(logits).contiguous()  # [world, B, shard_width]
     width = min(layout.vocab, group.world_size * shard_width)
     output = torch.empty((num_tokens, width), dtype=torch.float32, device=logits.device)
-    with _LAUNCH, _launch_on(logits.device):
+    with TRITON_LOCK, _launch_on(logits.device):
         full = kernels.softcap.gathered_softcap_logits(gathered, float(soft_cap), output)
     return torch.argmax(full, dim=-1)
 
@@ -307,7 +287,7 @@ def kernel_argmax(logits: torch.Tensor, soft_cap: float | None) -> torch.Tensor:
     """SGLang's per-rank kernel alone over a whole fp32 shard, for the benchmark; it always caps (at
     :data:`SOFT_CAP` when ``soft_cap`` is None)."""
     kernels = load_kernels()
-    with _LAUNCH, _launch_on(logits.device):
+    with TRITON_LOCK, _launch_on(logits.device):
         return kernels.row_argmax.softcap_row_argmax(logits, float(soft_cap or SOFT_CAP), logits.shape[1], 0)
 
 

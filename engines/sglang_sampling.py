@@ -76,7 +76,6 @@ import torch
 import torch.nn.functional as F
 
 from engines import sglang
-from engines.sglang import _LAUNCH, _interpreting
 from engines.sglang_wheel import wheel_functions
 from reference.checks import InvalidInput
 from reference.sampling import SamplingParams, gumbel_noise, scaled
@@ -84,6 +83,7 @@ from sharded.group import TPGroup
 from sharded.keys import encode_keys
 from sharded.layout import ShardLayout, every_rank
 from sharded.local_sampling import gathered_sample, shard_tokens
+from sharded.triton_env import TRITON_LOCK, interpreting
 
 __all__ = [
     "sglang_candidate_topk",
@@ -150,9 +150,9 @@ def load() -> types.SimpleNamespace:
     murmur = wheel_functions("murmur_hash", paths["murmur"], None, {})
 
     def topk_lse(logits: torch.Tensor, k: int):
-        if _interpreting() and not logits.is_cuda:
+        if interpreting() and not logits.is_cuda:
             logits = logits.as_subclass(_InterpretedCuda)
-        with _LAUNCH:
+        with TRITON_LOCK:
             vals, ids, lse = lilicorr.lilicorr_topk_lse(logits, k)
         return tuple(t.as_subclass(torch.Tensor) for t in (vals, ids, lse))
 
@@ -175,7 +175,7 @@ def load() -> types.SimpleNamespace:
         n, m = seed.shape[0], col_indices.shape[0]
         hashed = torch.empty((n, m), dtype=torch.uint32, device=seed.device)
         grid = (n, (m + 1023) // 1024)
-        with _LAUNCH:
+        with TRITON_LOCK:
             murmur.murmur_hash32_kernel[grid](seed, positions, col_indices, hashed, n, m, BLOCK_SIZE=1024)
         return hashed
 

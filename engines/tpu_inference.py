@@ -32,7 +32,8 @@ from typing import Any
 
 import torch
 
-VERSION = "0.32.0"
+from engines.versions import TPU_INFERENCE_VERSION as VERSION
+
 INSTALL = "tpargmax install-tpu-inference"
 WHEEL_FILE = "tpu_inference/layers/jax/sample/sampling.py"
 DEVICES = 8  # the simulated host devices: tp 1 to 8

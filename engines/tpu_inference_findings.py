@@ -8,8 +8,9 @@ page's runs were made on a simulated JAX mesh of CPU devices (jax 0.10.2), ``DIS
 from __future__ import annotations
 
 from engines.findings import Cause, Findings, Reason
+from engines.versions import TPU_INFERENCE_PAGE as PAGE
+from engines.versions import TPU_INFERENCE_VERSION
 
-PAGE = "docs/conformance/tpu-inference-0.32.0"
 SAMPLING = "tpu_inference/layers/jax/sample/sampling.py"
 SEARCH = "tpu_inference/layers/common/binary_search.py"
 SCRIPT = f"{PAGE}/masks.py"
@@ -126,5 +127,7 @@ REASONS = (
     ),
 )
 
-FINDINGS = Findings(engine="tpu-inference 0.32.0's sampler", page=PAGE, causes=CAUSES, reasons=REASONS)
+FINDINGS = Findings(
+    engine=f"tpu-inference {TPU_INFERENCE_VERSION}'s sampler", page=PAGE, causes=CAUSES, reasons=REASONS
+)
 __all__ = ["CAUSES", "FINDINGS", "REASONS"]

@@ -4,7 +4,7 @@ Prints the oracle's and the implementation's tokens, the logits around both
 and, on a mismatch, the rule broken.  Exits 1 while the bug is present and 0 once it is fixed;
 2, with one line on stderr, for a case string or an option it cannot use, or an implementation that needs what
 this machine lacks (an engine, a device, a communicator: ``Impl.why_unavailable``).  The case string is
-parsed as data (:mod:`properties.case_input`), so a pasted one never runs code; ``--impl`` imports
+parsed as data (:mod:`properties.cases.text`), so a pasted one never runs code; ``--impl`` imports
 the module it names, by design.
 """
 
@@ -20,23 +20,20 @@ import os
 import sys
 
 from groups.devices import DEVICE_ENV, DEVICES, check_backend, check_device, default_device
-from properties import runner
-from properties.case_input import parse_case
-from properties.checks import TOKEN_EXACT
-from properties.diagnose import ImplementationHung, PropertyFailure, explain_tokens
-from properties.repro import check
-from properties.runner import oracle_top_k
-from properties.sample_plans import parse_plan
-from properties.sampling import (
-    check_kept_set,
-    check_sample_exact,
-    noise_of,
-    oracle_sample,
-    params_of,
-    plan_for,
-)
-from properties.sampling_log_probs import check_log_probs
-from properties.top_k import TOP_K_EXACT, check_top_k_contract
+from groups.simulated import DEFAULT_TIMEOUT
+from properties.argmax.checks import TOKEN_EXACT
+from properties.argmax.diagnosis import explain_tokens
+from properties.argmax.top_k import TOP_K_EXACT, check_top_k_contract
+from properties.cases.plans import parse_plan
+from properties.cases.text import parse_case
+from properties.failures import ImplementationHung, PropertyFailure
+from properties.harness import runner
+from properties.harness.settings import changed, configure, pinned_head
+from properties.oracle import answer
+from properties.repro.records import check
+from properties.sampling.checks import check_kept_set, check_sample_exact, noise_of, oracle_sample, plan_for
+from properties.sampling.log_probs import check_log_probs
+from properties.sampling.params import params_of
 from sharded.impls import IMPL_ENV, load_impl, runnable
 
 TOKEN_RECORD = {"property": TOKEN_EXACT}  # replays the output contract and token equality
@@ -64,16 +61,20 @@ def main(argv: list[str] | None = None) -> int:
         default=default_device(),
         help=f"where the tensors live (default: ${DEVICE_ENV} or cpu)",
     )
-    parser.add_argument("--collective-timeout", type=float, default=runner.collective_timeout, help="seconds")
+    parser.add_argument("--collective-timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds")
     args = parser.parse_args(argv)
-    runner.collective_timeout = args.collective_timeout
+    with changed(collective_timeout=args.collective_timeout):  # this replay's settings, the caller's after
+        return _replay(parser, args)
+
+
+def _replay(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
-        runner.device = check_device(args.device)
+        device = configure(device=check_device(args.device)).device
         case = parse_case(args.case)
         impl = runnable(load_impl(args.impl or os.environ.get(IMPL_ENV) or "vllm_pairs"))
-        runner.pin_heads([impl])  # a model class's fixed head, as the suite ran it
-        backend = args.backend or ("gloo" if impl.process_bound and runner.device == "cpu" else "sim")
-        check_backend([backend], runner.device)
+        configure(pinned=pinned_head([impl]))  # a model class's fixed head, as the suite ran it
+        backend = args.backend or ("gloo" if impl.process_bound and device == "cpu" else "sim")
+        check_backend([backend], device)
         inputs = runner.prepare(case, backend)
         if args.k is not None and not 1 <= args.k <= inputs.vocab:
             raise ValueError(f"--k must be from 1 to the case's {inputs.vocab} token ids, got {args.k}")
@@ -83,14 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # one line, nothing run: the case string, --impl or --k cannot be used
         print(f"{parser.prog}: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    print(f"implementation: {impl} on {backend} ({runner.device}), tp={inputs.tp}\ncase: {inputs.case!r}")
+    print(f"implementation: {impl} on {backend} ({device}), tp={inputs.tp}\ncase: {inputs.case!r}")
     if plan is not None:
         return replay_sampling(impl, inputs, plan)
     if args.k is None:
         for line in explain_tokens(impl, inputs):
             print(line)
     else:
-        print(f"k={args.k}; the classic top k of row 0: {oracle_top_k(inputs, args.k)[0][0].tolist()}")
+        print(f"k={args.k}; the classic top k of row 0: {answer(inputs).top_k(args.k)[0][0].tolist()}")
     record = TOKEN_RECORD if args.k is None else {"property": TOP_K_EXACT, "extra": {"k": args.k}}
     try:
         if args.k is not None:

@@ -14,7 +14,7 @@ from functools import cache, lru_cache
 from hypothesis import example
 from hypothesis import strategies as st
 
-from properties.cases import D2T_PLANS, DTYPES, PADDING_PLANS, SPECIAL_PLANS, SPREAD_HIDDEN, TIE_PLANS, Case
+from properties.cases.case import D2T_PLANS, DTYPES, PADDING_PLANS, SPECIAL_PLANS, SPREAD_HIDDEN, TIE_PLANS, Case
 from reference.head import padded_sizes
 
 REAL_VOCABS = (32000, 32001, 128256, 151936, 262144)

@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from properties.d2t_findings import (
+from properties.argmax.d2t_tables import (
     check_tie,
     find_counterexample,
     increasing_tables,
@@ -20,7 +20,7 @@ from properties.d2t_findings import (
     targets_of,
     tie_pairs,
 )
-from properties.runner import backend_tps
+from properties.harness.runner import backend_tps
 from reference.d2t import IDENTITY, INCREASING, NON_MONOTONE, analyse_d2t
 
 FINDING = "d2t finding"

@@ -5,14 +5,14 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties.checks import (
+from properties.argmax.checks import (
     check_determinism,
     check_output_contract,
     check_row_independence,
     check_token_exact,
     check_tp_invariance,
 )
-from properties.runner import backend_tps, prepare
+from properties.harness.runner import backend_tps, prepare
 from properties.strategies import cases, with_edge_cases
 
 

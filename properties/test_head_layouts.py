@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given
 
-from properties.runner import oracle_draft_logits, prepare
+from properties.harness.runner import prepare
+from properties.oracle import answer
 from properties.strategies import cases, with_edge_cases
 
 
@@ -24,7 +25,7 @@ def test_oracle_logits_are_the_full_head_by_global_id(case):
     vocab = inputs.vocab
     bias = None if inputs.bias is None else inputs.bias[:vocab].double()
     want = F.linear(inputs.hidden.double(), inputs.weight[:vocab].double(), bias)
-    got = oracle_draft_logits(inputs, raw=True).double()
+    got = answer(inputs).raw_logits.double()
     if not torch.equal(got, want):
         row, token = (got != want).nonzero()[0].tolist()
         raise AssertionError(

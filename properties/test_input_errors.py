@@ -8,9 +8,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from groups.devices import rank_device
-from properties import runner
-from properties.checks import BAD_INPUTS, check_rejects
-from properties.runner import backend_tps, prepare, run_per_rank
+from properties.argmax.checks import BAD_INPUTS, check_rejects
+from properties.harness.runner import backend_tps, prepare, run_per_rank
+from properties.harness.settings import current
 from properties.strategies import cases
 from reference.checks import FLOAT_ID_LIMIT
 from sharded.layout import vocab_parallel_layout
@@ -31,7 +31,7 @@ def test_ids_beyond_float32_are_exact_or_rejected(impl, backend):
     winner = FLOAT_ID_LIMIT + 1  # odd, so float32 cannot hold it
     per_rank = []
     for lay in layouts:
-        where = rank_device(runner.device, lay.rank)
+        where = rank_device(current().device, lay.rank)
         weight = torch.zeros(lay.size, 1, device=where)
         if lay.row_of(winner) is not None:
             weight[lay.row_of(winner), 0] = 1.0

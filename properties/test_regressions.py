@@ -11,37 +11,39 @@ from pathlib import Path
 
 import pytest
 
-from properties import repro, runner
-from properties.runner import nearest_tp
+from properties.harness.runner import nearest_tp
+from properties.harness.settings import current
+from properties.repro import records as repro
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "repro_file" in metafunc.fixturenames:
-        files = sorted(Path(metafunc.config.getoption("repro_dir")).glob("*.json"))
+        files = sorted(Path(current().repro_dir).glob("*.json"))
         metafunc.parametrize("repro_file", files, ids=[f.stem for f in files])
 
 
-def test_repro_file_replays_clean(impl, repro_file, request):
+def test_repro_file_replays_clean(impl, repro_file):
     try:
-        record, inputs = repro.load(repro_file, device=runner.device)
+        record, inputs = repro.load(repro_file, device=current().device)
     except repro.DamagedRepro as exc:
         damaged = str(exc)
     else:
         damaged = ""
     if damaged:  # one line that names the file and what is wrong with it (raised outside the except: no chain)
         pytest.fail(damaged, pytrace=False)
-    other = {k: v for k, v in runner.pinned.items() if getattr(inputs.case, k) != v}
+    run = current()
+    other = {k: v for k, v in run.pinned.items() if getattr(inputs.case, k) != v}
     if other:  # its tensors are another head's: nothing to replay on an implementation built for one head
         pytest.skip(f"the file's case is not the head the implementation fixes ({', '.join(sorted(other))} differ)")
-    if inputs.backend not in request.config.tpargmax_backends:  # the same head, on a backend that runs
-        backend = request.config.tpargmax_backends[0]
+    if inputs.backend not in run.backends:  # the same head, on a backend that runs
+        backend = run.backends[0]
         inputs = replace(inputs.with_tp(nearest_tp(inputs.tp, backend)), backend=backend)
     extra = record.get("extra", {})
     if "k" in extra:  # a top-k find: replay it on the top-k implementations, beside ``impl``
-        for topk_impl in request.config.tpargmax_topk_impls:
+        for topk_impl in run.topk_impls:
             repro.check({**record, "extra": {**extra, "argmax_impl": impl.spec}}, topk_impl, inputs)
     elif "sampling" in extra or "distribution" in extra:  # a sampler's find: replay it on the samplers
-        for sampling_impl in request.config.tpargmax_sampling_impls:
+        for sampling_impl in run.sampling_impls:
             repro.check(record, sampling_impl, inputs)
     else:
         repro.check(record, impl, inputs)

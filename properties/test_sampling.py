@@ -1,7 +1,7 @@
 """Sampling on vocab-sharded logits against the classic sampler: tokens, kept sets, log-probs, invariance,
 and the distribution itself.
 
-Every case the argmax properties draw, with a :class:`~properties.sample_plans.SamplePlan` per example: greedy,
+Every case the argmax properties draw, with a :class:`~properties.cases.plans.SamplePlan` per example: greedy,
 tiny, unit and large temperatures mixed in one batch; top-k from 1 to the vocabulary with ties at the k-th value;
 top-p with the mass planted at p; candidates C below, at and above k.
 """
@@ -12,12 +12,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from properties.cases import Case
-from properties.distribution import DISTRIBUTION_CASES, DistributionCase, check_distribution
-from properties.own_randomness import check_batch_independence, check_equal_paths
-from properties.runner import backend_tps, prepare
-from properties.sample_plans import SamplePlan, sample_plans
-from properties.sampling import (
+from properties.cases.case import Case
+from properties.cases.plans import SamplePlan, sample_plans
+from properties.harness.runner import backend_tps, prepare
+from properties.sampling.checks import (
     check_kept_set,
     check_sample_exact,
     check_sample_invariance,
@@ -25,8 +23,10 @@ from properties.sampling import (
     plan_for,
     token_noise,
 )
-from properties.sampling_log_probs import check_log_probs
-from properties.sampling_support import check_named_divergence, check_support
+from properties.sampling.distribution import DISTRIBUTION_CASES, DistributionCase, check_distribution
+from properties.sampling.log_probs import check_log_probs
+from properties.sampling.own_randomness import check_batch_independence, check_equal_paths
+from properties.sampling.support import check_named_divergence, check_support
 from properties.strategies import cases, with_edge_cases
 
 EDGE_PLAN = SamplePlan(temperature="mixed", top_k="at_tie", top_p="at_mass", candidates=4)

@@ -9,10 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties.cases import Case
-from properties.runner import prepare, run_ranks
+from properties.argmax.top_k import (
+    check_top1_is_argmax,
+    check_top_k_contract,
+    check_top_k_determinism,
+    check_top_k_exact,
+)
+from properties.cases.case import Case
+from properties.harness.runner import prepare, run_ranks
 from properties.strategies import MAX_K, cases, with_edge_cases
-from properties.top_k import check_top1_is_argmax, check_top_k_contract, check_top_k_determinism, check_top_k_exact
 
 widths = st.integers(1, MAX_K)
 

@@ -12,8 +12,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from groups.devices import case_device
-from properties import runner
-from properties.cases import DTYPES
+from properties.cases.case import DTYPES
+from properties.harness.settings import current
 from reference.pyargmax import py_argmax
 
 SPECIALS = (float("nan"), -float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 5e-324, 1e-40, 3e38, 1.0)
@@ -25,7 +25,7 @@ ARGMAXES = {"torch.argmax": lambda t: int(torch.argmax(t)), "torch.max(dim=0)": 
 
 def check_argmax(argmax, row: list[float], dtype: str) -> None:
     """``argmax`` on ``row`` (cast to ``dtype``, on the run's device) must pick what the pure-Python argmax picks."""
-    t = torch.tensor(row, dtype=torch.float32, device=case_device(runner.device)).to(DTYPES[dtype])
+    t = torch.tensor(row, dtype=torch.float32, device=case_device(current().device)).to(DTYPES[dtype])
     want = py_argmax(t.float().tolist())  # the values as the dtype holds them
     got = argmax(t)
     assert got == want, f"argmax of {t.tolist()} ({dtype}) picked {got}; the first maximum is {want}"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties.runner import prepare, run_ranks
+from properties.harness.runner import prepare, run_ranks
 from properties.strategies import MAX_K, cases
 from sharded.impls import load_impl
 

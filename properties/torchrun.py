@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from groups.devices import default_device
 from groups.torchrun import TorchrunJob
-from properties import runner
+from properties.harness.settings import configure
 
 
 def _option(args: list[str], name: str, default: str) -> str:
@@ -48,7 +48,7 @@ def main(args: list[str]) -> int:
     code = 0
     try:
         if job.rank == 0:
-            runner.torchrun_job = job
+            configure(torchrun_job=job)
             paths = [] if any(os.path.exists(a.split("::")[0]) for a in args) else ["properties"]
             code = int(pytest.main(["-p", "no:xdist", "--backend", "torchrun", *paths, *args]))
             job.stop()

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import os
 import statistics
 from collections.abc import Callable
 
@@ -36,6 +35,8 @@ from reference.checks import check_scale
 from sharded.keys import decode_ids, encode_keys
 from sharded.layout import ShardLayout, vocab_parallel_layout
 from sharded.local_argmax import checked_shard_logits, map_d2t
+from sharded.triton_env import TRITON_LOCK, interpreting
+from sharded.triton_env import why_unavailable as _why_unavailable
 
 try:  # the default install has no Triton: this module must still import
     import triton
@@ -50,17 +51,9 @@ PROGRAMS_PER_SM = 8  # small batches split rows until about this many programs p
 _workspaces: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
 def why_unavailable() -> str | None:
     """Why the kernel cannot run here (no Triton, no GPU), or None."""
-    if triton is None:
-        return "Triton is not installed: triton_key needs Triton and a CUDA GPU (`.venv/bin/pip install triton` there)"
-    if not (torch.cuda.is_available() or _interpreting()):
-        return "triton_key needs a CUDA GPU, or Triton's CPU interpreter (TRITON_INTERPRET=1)"
-    return None
+    return _why_unavailable("triton_key")
 
 
 def triton_available() -> bool:
@@ -218,7 +211,7 @@ def shard_keys(
     ``block`` (a power of two) and ``splits`` (programs per row) override the launch plan, for tests.
     """
     rows, device = raw_logits.shape[0], raw_logits.device
-    if not triton_available() or not (device.type == "cuda" or _interpreting()):
+    if not triton_available() or not (device.type == "cuda" or interpreting()):
         raise RuntimeError(f"triton_key needs Triton and CUDA tensors (or TRITON_INTERPRET=1), got {device} logits")
     extent = layout.added_row + layout.num_added if layout.num_added else layout.num_real
     if not extent or not rows:  # no token: -inf at the first id, as local_best offers
@@ -236,8 +229,9 @@ def shard_keys(
     out = torch.empty(rows, dtype=torch.int64, device=device)
     acc, count = _workspace(device, rows) if splits > 1 else (out, out)
     scalars, flags = logit_args(raw, scale, soft_cap)
-    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():  # Triton launches on
-        _shard_keys_kernel[(rows, splits)](  # the current device, not the tensor's (a rank per GPU in one process)
+    on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    with TRITON_LOCK, on_device:  # one launch at a time (sharded.triton_env); Triton launches on the current
+        _shard_keys_kernel[(rows, splits)](  # device, not the tensor's (a rank per GPU in one process)
             raw.view(torch.int16) if raw.dtype == torch.bfloat16 else raw, out, acc, count, raw.stride(0), extent,
             layout.num_real, layout.added_row, layout.num_added, layout.start, layout.added_start, chunk, splits,
             *scalars, **flags, SPLIT=splits > 1, BLOCK=block, num_warps=max(1, min(8, block // 256)),
@@ -257,7 +251,7 @@ def logit_args(raw: torch.Tensor, scale: float, soft_cap: float | None) -> tuple
     opmath, and ``1f / cap`` because CUDA torch divides by a scalar through its reciprocal."""
     scalars = _fp32_scalars(scale, soft_cap or 1.0)
     flags = dict(KIND=_KINDS[raw.dtype], HAS_CAP=soft_cap is not None, RECIPROCAL=raw.device.type == "cuda")
-    return scalars, flags | dict(LIBDEVICE=not _interpreting(), HAS_SCALE=scale != 1.0)
+    return scalars, flags | dict(LIBDEVICE=not interpreting(), HAS_SCALE=scale != 1.0)
 
 
 def triton_key(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group) -> torch.Tensor:

@@ -14,7 +14,7 @@ from collections import Counter
 import torch
 
 from groups.torch_group import TorchGroup
-from properties.faults import tf32_linear
+from properties.argmax.faults import tf32_linear
 from reference.checks import check_d2t, check_float_ids, check_scale
 from reference.logits import head_logits
 from sharded.keys import decode_ids, encode_keys
@@ -179,7 +179,7 @@ def logits_in_float64(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None,
 def tf32_matmul(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
     """float32 logits from a TF32 matmul (``torch.backends.cuda.matmul.allow_tf32``): rule 1's GPU trap.
 
-    On CUDA, cuBLAS's own TF32; on the CPU, ``properties.faults.tf32_linear``'s model of it.
+    On CUDA, cuBLAS's own TF32; on the CPU, ``properties.argmax.faults.tf32_linear``'s model of it.
     """
     checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)  # validation only
     if hidden.dtype != torch.float32:  # TF32 changes float32 matmuls only

@@ -16,8 +16,8 @@ import torch
 from hypothesis import HealthCheck, Phase, settings
 
 from groups.simulated import run_simulated
-from properties.diagnose import ImplementationHung
-from properties.profiles import backend_budget, running_with
+from properties.failures import ImplementationHung
+from properties.harness.profiles import backend_budget, running_with
 from sharded.impls import Impl, load_impl
 from sharded.layout import vocab_parallel_layout
 from tests import forked_runs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from groups.bench import PATHS, bytes_per_rank
+from benchmarks.argmax import PATHS, bytes_per_rank
 from properties.test_traffic import FORMULAS
 from sharded import NUMPY_NOTICE
 from tests.suite import ROOT
@@ -15,7 +15,7 @@ def test_bench_prints_a_row_per_cell():
     cmd = [
         sys.executable,
         "-m",
-        "groups.bench",
+        "benchmarks.argmax",
         "--vocab",
         "1000",
         "--tp",

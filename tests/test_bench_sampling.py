@@ -5,13 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from groups.bench_sampling import bytes_per_rank
+from benchmarks.sampling import bytes_per_rank
 from sharded import NUMPY_NOTICE
 from tests.suite import ROOT
 
 
 def test_bench_sampling_counts_the_bytes_of_its_formulas():
-    cmd = [sys.executable, "-m", "groups.bench_sampling", "--vocab", "1000", "--tp", "2", "--batch", "1", "4"]
+    cmd = [sys.executable, "-m", "benchmarks.sampling", "--vocab", "1000", "--tp", "2", "--batch", "1", "4"]
     cmd += ["--candidates", "8", "--reps", "3"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

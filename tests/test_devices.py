@@ -20,16 +20,18 @@ from hypothesis import settings
 
 import conftest
 from groups.devices import DEVICE_ENV, default_device
-from properties import repro, runner
 from properties import test_d2t as d2t
 from properties import test_divergence as divergence
 from properties import test_equivalence as eq
 from properties import test_head_layouts as layouts
 from properties import test_input_errors as errors
 from properties import test_top_k as top_k
-from properties.cases import Case
-from properties.checks import TOKEN_EXACT
+from properties.argmax.checks import TOKEN_EXACT
+from properties.cases.case import Case
+from properties.harness import runner
+from properties.harness.settings import current
 from properties.replay import main as replay_main
+from properties.repro import records as repro
 from sharded.impls import Impl, load_impl
 from sharded.local_argmax import packed_key
 from tests.suite import FIND_ONLY, broken_spec, failure
@@ -121,9 +123,7 @@ def test_a_diagnosis_makes_no_tensor_on_an_implied_device(prop, name, words):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_cuda_without_cuda_is_a_usage_error_in_one_line(monkeypatch, capsys):
-    monkeypatch.setattr(runner, "device", runner.device)
-    monkeypatch.setattr(runner, "collective_timeout", runner.collective_timeout)  # replay sets its own
+def test_cuda_without_cuda_is_a_usage_error_in_one_line(monkeypatch, capsys, kept_settings):
     monkeypatch.setenv(DEVICE_ENV, "cuda")  # the option's default, as conftest reads it
     with pytest.raises(pytest.UsageError) as info:
         conftest.pytest_configure(Options(device=default_device()))
@@ -133,21 +133,18 @@ def test_cuda_without_cuda_is_a_usage_error_in_one_line(monkeypatch, capsys):
     assert err.count("\n") == 1 and "--device cuda: no CUDA device here" in err, err
 
 
-def test_an_unknown_device_is_a_usage_error(monkeypatch):
-    monkeypatch.setattr(runner, "device", runner.device)
+def test_an_unknown_device_is_a_usage_error(monkeypatch, kept_settings):
     with pytest.raises(pytest.UsageError, match=r"--device: choose cpu or cuda, got 'tpu'"):
         conftest.pytest_configure(Options(device="tpu"))
 
 
-def test_gloo_with_cuda_tensors_is_a_usage_error_and_sim_the_default(monkeypatch):
+def test_gloo_with_cuda_tensors_is_a_usage_error_and_sim_the_default(monkeypatch, kept_settings):
     """gloo all-gathers CPU tensors only; on CUDA the default backend is the simulated group."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(runner, "device", runner.device)
     with pytest.raises(pytest.UsageError, match="gloo cannot all-gather CUDA tensors; use --backend sim"):
         conftest.pytest_configure(Options(device="cuda", backend="gloo"))
-    config = Options(device="cuda", backend=None)
-    conftest.pytest_configure(config)
-    assert config.tpargmax_backends == ["sim"] and runner.device == "cuda"
+    conftest.pytest_configure(Options(device="cuda", backend=None))
+    assert current().backends == ("sim",) and current().device == "cuda"
 
 
 def _written(tmp_path) -> tuple[dict, object]:
@@ -158,7 +155,6 @@ def _written(tmp_path) -> tuple[dict, object]:
 
 
 def test_a_repro_file_records_the_device_and_replays_on_another(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(runner, "collective_timeout", runner.collective_timeout)  # replay sets its own
     with IMPLIED:
         record, path = _written(tmp_path)
         assert record["device"] == "cpu"

@@ -11,11 +11,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from properties import diagnose, faults
-from properties.case_tensors import build
-from properties.cases import Case
-from properties.checks import check_token_exact, check_tp_invariance
-from properties.diagnose import PropertyFailure
+from properties.argmax import diagnosis as diagnose
+from properties.argmax import faults
+from properties.argmax.checks import check_token_exact, check_tp_invariance
+from properties.cases.case import Case
+from properties.cases.tensors import build
+from properties.failures import PropertyFailure
 from sharded.impls import Impl, load_impl
 
 NAN, TINY = float("nan"), torch.finfo(torch.float32).smallest_normal * torch.finfo(torch.float32).eps

@@ -9,11 +9,12 @@ import random
 import pytest
 import torch
 
-from properties.checks import run_valid
-from properties.chi_square import homogeneity
-from properties.distribution import BY_NAME, DistributionCase, draw_params, expected
-from properties.runner import oracle_target_logits, prepare
-from properties.sampling import unpack
+from properties.argmax.checks import run_valid
+from properties.harness.runner import prepare
+from properties.oracle import answer
+from properties.sampling.checks import unpack
+from properties.sampling.chi_square import homogeneity
+from properties.sampling.distribution import BY_NAME, DistributionCase, draw_params, expected
 from reference.sampling import classic_sample, kept_mask, scaled, support_mask, top_k_mask, top_p_margin
 from sharded.impls import load_impl
 from tests.test_sampling_edges import one_row
@@ -22,7 +23,7 @@ from tests.test_sampling_edges import one_row
 def judged_x(dist: DistributionCase) -> tuple[torch.Tensor, object]:
     _, params = draw_params(dist, range(1), False)
     inputs = prepare(dist.case)
-    full, _ = oracle_target_logits(inputs.with_rows([dist.row]))
+    full, _ = answer(inputs.with_rows([dist.row])).target_logits
     return scaled(full, params), params
 
 

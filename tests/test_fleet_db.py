@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from properties import example_db
-from properties.fuzz_shards import shard_of, shard_seed
-from properties.profiles import share
+from properties.harness import example_db
+from properties.harness.fuzz_shards import shard_of, shard_seed
+from properties.harness.profiles import share
 from tests.redis_server import redis_server, require
 from tests.suite import clear_settings, fork_the_commands, run, run_suite
 from tpargmax.cli import main as tpargmax

@@ -11,7 +11,6 @@ import re
 
 import pytest
 
-from properties import runner
 from tests.suite import clear_settings, fork_the_commands, run_suite
 from tpargmax.cli import main as tpargmax
 
@@ -22,7 +21,6 @@ def test_fuzz_finds_a_planted_bug_and_everything_it_leaves_replays(tmp_path, cap
     clear_settings(monkeypatch)
     fork_the_commands(monkeypatch)
     monkeypatch.setenv("TPARGMAX_DB", str(tmp_path / "db"))
-    monkeypatch.setattr(runner, "collective_timeout", runner.collective_timeout)  # replay sets its own
     repro_dir, log = tmp_path / "repro", tmp_path / "fuzz-log.jsonl"
     args = ["--rounds", "1", "--examples", "20", "--seed", "8", "-k", "token_exact or tp_invariance"]
     args += ["--impl", PLANTED, "--backend", "sim", "--repro-dir", str(repro_dir), "--log", str(log), "-n", "0"]

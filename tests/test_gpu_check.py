@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 
+from engines.versions import SGLANG_VERSION
 from sharded.impls import OPTIONAL, load_impl, why_unavailable
 from tests.suite import ROOT, run
 from tpargmax.gpu_check import TRAP, render, runs, trap_caught
@@ -48,7 +49,7 @@ DATA = {
         _row("packed_key", "built-in", "simulated group", {"test_token_exact": PASSED}),
         _row(TRAP, "broken on purpose", "simulated group", {"test_token_exact": FAILED}),
         _row("packed_key", "built-in", "NCCL group, tp 1", {"test_token_exact": PASSED}),
-        _row("sglang_classic", "SGLang 0.5.23", "simulated group", {}, skipped="install it"),
+        _row("sglang_classic", f"SGLang {SGLANG_VERSION}", "simulated group", {}, skipped="install it"),
     ],
     "kernel_tests": {"summary": "26 passed in 9.1s", "failed": [], "status": 0},
     "benchmark": [{"B": 1, "tp": 1, "cap": "off", "floor": 0.14, "triton_key": 9.5}],

@@ -23,11 +23,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from properties import repro, runner
-from properties.case_input import FIELDS, parse_case
-from properties.cases import TENSORS, Case
-from properties.checks import ROW_INDEPENDENCE, TOKEN_EXACT
+from properties.argmax.checks import ROW_INDEPENDENCE, TOKEN_EXACT
+from properties.cases.case import TENSORS, Case
+from properties.cases.text import FIELDS, parse_case
+from properties.harness import runner
 from properties.replay import main as replay_main
+from properties.repro import records as repro
 from tests.d2t_fixtures import HERE
 from tests.suite import run, run_suite
 from tpargmax.cli import main as tpargmax

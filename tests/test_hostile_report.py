@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from engines.versions import VLLM_PAGE, VLLM_VERSION
 from tests.test_hostile_input import one_line
 from tpargmax.cli import main as tpargmax
 from tpargmax.report_json import FINDINGS
 
-SAVED = Path(__file__).resolve().parent.parent / "docs" / "conformance" / "vllm-0.32.0.json"
+SAVED = Path(__file__).resolve().parent.parent / f"{VLLM_PAGE}.json"
 
 
 def damaged(path: Path, change) -> Path:
@@ -91,4 +92,4 @@ def test_a_report_that_is_not_a_report_is_exit_2(text, words, tmp_path, capsys):
 
 def test_the_committed_report_still_renders(capsys):
     assert tpargmax(["report", "--render", str(SAVED)]) == 1  # its page has failures: exit 1, as before
-    assert capsys.readouterr().out.startswith("# vLLM 0.32.0 conformance")
+    assert capsys.readouterr().out.startswith(f"# vLLM {VLLM_VERSION} conformance")

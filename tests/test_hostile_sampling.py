@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from properties.replay import main as replay_main
-from properties.sampling import SAMPLE_EXACT
+from properties.sampling.checks import SAMPLE_EXACT
 from tests import test_hostile_input as hostile
 from tests.test_hostile_input import edit, field, one_line
 from tpargmax.cli import main as tpargmax

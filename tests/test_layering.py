@@ -2,7 +2,9 @@
 
 From the bottom: ``reference`` (the oracle) imports nothing of the project; ``sharded`` (the local path) only
 ``reference``; ``groups`` (where ranks run) only those two; ``engines`` (other people's code under test) never
-``groups``, ``properties`` or ``tpargmax``; ``properties`` never ``tpargmax``.  Imports are read with ``ast``
+``groups``, ``properties`` or ``tpargmax``; ``benchmarks`` (what each path moves and costs) only the floors
+below ``engines``; ``properties`` never ``benchmarks`` or ``tpargmax``, and inside it each wing (``WINGS``)
+only its own floor and those below.  Imports are read with ``ast``
 (every static import, also inside functions); ``importlib.import_module`` strings, such as ``sharded.impls``' lazily
 named engine built-ins, are not followed.
 """
@@ -13,16 +15,40 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("reference", "sharded", "groups", "engines", "properties", "tpargmax", "tests", "examples")
+PACKAGES = ("reference", "sharded", "groups", "engines", "benchmarks", "properties", "tpargmax", "tests", "examples")
 PROJECT = {*PACKAGES, "conftest"}
 # package -> the project's top-level names it must never import
 FORBIDDEN = {
     "reference": PROJECT - {"reference"},
     "sharded": PROJECT - {"reference", "sharded"},
     "groups": PROJECT - {"reference", "sharded", "groups"},
-    "engines": {"groups", "properties", "tpargmax", "tests", "conftest"},
-    "properties": {"tpargmax", "tests", "conftest"},
+    "engines": {"groups", "benchmarks", "properties", "tpargmax", "tests", "conftest"},
+    "benchmarks": {"engines", "properties", "tpargmax", "tests", "conftest"},
+    "properties": {"benchmarks", "tpargmax", "tests", "conftest"},
 }
+
+
+# properties/'s wings, from the bottom: a case and a sampling plan (structure), then how a property fails and what
+# the oracle answers, then the harness that runs ranks and budgets a run, then the argmax and top-k checks, the
+# sampling checks, and the repro files every property writes and reads.  A wing imports only its own floor and
+# those below; the modules at the top of properties/ (the test files, strategies, the replay and torchrun
+# commands) may import any.
+WINGS = (
+    ("properties.cases",),
+    ("properties.failures", "properties.oracle"),
+    ("properties.harness",),
+    ("properties.argmax",),
+    ("properties.sampling",),
+    ("properties.repro",),
+)
+
+
+def wing_floor(name: str) -> int:
+    """The floor of a module of properties/ (the top, above every wing, for the modules outside them)."""
+    for floor, wings in enumerate(WINGS):
+        if any(name == w or name.startswith(f"{w}.") for w in wings):
+            return floor
+    return len(WINGS)
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
@@ -69,6 +95,11 @@ def layering_violations(root: Path = ROOT) -> list[str]:
             f"{found[name].relative_to(root)}:{line}: imports {target}"
             for target, line in targets
             if target.split(".")[0] in banned
+            or (
+                name.startswith("properties.")
+                and target.startswith("properties.")
+                and wing_floor(target) > wing_floor(name)
+            )
         ]
     return sorted(out)
 
@@ -114,6 +145,46 @@ def test_no_import_cycle():
     assert not found, "modules that import each other, round a cycle: " + "; ".join(", ".join(c) for c in found)
 
 
+def foreign_writes(root: Path = ROOT) -> list[str]:
+    """Assignments to another module's globals (``runner.device = ...``) outside ``tests/``: a run's settings live
+    in one object (``properties.harness.settings``), never in globals written from outside their module."""
+    found = modules(root)
+    out = []
+    for name, path in found.items():
+        if name.startswith("tests"):
+            continue
+        tree = ast.parse(path.read_bytes(), str(path))
+        aliases = {}  # local name -> project module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                aliases |= {a.asname: a.name for a in node.names if a.asname and a.name in found}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                aliases |= {
+                    a.asname or a.name: f"{node.module}.{a.name}"
+                    for a in node.names
+                    if f"{node.module}.{a.name}" in found
+                }
+        for node in ast.walk(tree):
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AugAssign)
+                else []
+            )
+            out += [
+                f"{path.relative_to(root)}:{node.lineno}: writes {aliases[t.value.id]}.{t.attr}"
+                for t in targets
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in aliases
+            ]
+    return sorted(out)
+
+
+def test_no_module_writes_another_modules_globals():
+    writes = foreign_writes()
+    assert not writes, "module globals written from outside their module:\n" + "\n".join(writes)
+
+
 def test_the_checks_see_a_bad_import(tmp_path):
     """A planted upward import and a planted cycle are found (the checks are not vacuous)."""
     for package in PACKAGES:
@@ -125,14 +196,31 @@ def test_the_checks_see_a_bad_import(tmp_path):
     (tmp_path / "sharded" / "keys.py").write_text("import groups.pool\n")
     (tmp_path / "engines" / "vllm").mkdir()
     (tmp_path / "engines" / "vllm" / "__init__.py").write_text("")
-    (tmp_path / "engines" / "vllm" / "layer.py").write_text("from ..vllm import models\nimport properties.checks\n")
+    (tmp_path / "engines" / "vllm" / "layer.py").write_text(
+        "from ..vllm import models\nimport properties.argmax.checks\n"
+    )
     (tmp_path / "engines" / "vllm" / "models.py").write_text("from . import layer\n")
     (tmp_path / "properties" / "checks.py").write_text("from tpargmax.cli import main\n")
+    for wing in ("argmax", "cases", "sampling"):
+        (tmp_path / "properties" / wing).mkdir()
+        (tmp_path / "properties" / wing / "__init__.py").write_text("")
+    (tmp_path / "properties" / "argmax" / "checks.py").write_text("from properties.sampling import faults\n")
+    (tmp_path / "properties" / "sampling" / "faults.py").write_text("from properties.argmax import checks\n")
+    (tmp_path / "properties" / "cases" / "case.py").write_text("import properties.strategies\n")
+    (tmp_path / "properties" / "strategies.py").write_text("from properties.sampling.faults import x\n")
     assert layering_violations(tmp_path) == [
-        "engines/vllm/layer.py:2: imports properties.checks",
+        "engines/vllm/layer.py:2: imports properties.argmax.checks",
+        "properties/argmax/checks.py:1: imports properties.sampling.faults",
+        "properties/cases/case.py:1: imports properties.strategies",
         "properties/checks.py:1: imports tpargmax.cli",
         "reference/oracle.py:2: imports sharded.layout",
         "sharded/keys.py:1: imports groups.pool",
         "sharded/layout.py:1: imports engines.vllm.layer",
     ]
-    assert cycles(tmp_path) == [["engines.vllm.layer", "engines.vllm.models"]]
+    (tmp_path / "properties" / "runner.py").write_text("device = 'cpu'\n")
+    (tmp_path / "conftest.py").write_text("from properties import runner\nrunner.device = 'cuda'\n")
+    assert foreign_writes(tmp_path) == ["conftest.py:2: writes properties.runner.device"]
+    assert sorted(cycles(tmp_path)) == [
+        ["engines.vllm.layer", "engines.vllm.models"],
+        ["properties.argmax.checks", "properties.sampling.faults"],
+    ]

@@ -8,10 +8,11 @@ from hypothesis import settings
 
 import conftest
 from conftest import read_xfails
-from properties import runner
+from groups.simulated import DEFAULT_TIMEOUT
+from properties.harness.settings import current
 
 DEFAULTS = {
-    "collective_timeout": runner.collective_timeout,
+    "collective_timeout": DEFAULT_TIMEOUT,
     "hypothesis_profile": "ci",
     "max_examples": None,
     "gloo_tps": None,
@@ -32,11 +33,8 @@ class Options:
 
 
 @pytest.fixture
-def configure(monkeypatch):
-    """conftest's pytest_configure on the given options; what it sets globally is put back afterwards."""
-    monkeypatch.setattr(runner, "collective_timeout", runner.collective_timeout)
-    monkeypatch.setattr(runner, "gloo_tps", runner.gloo_tps)
-    monkeypatch.setattr(runner, "device", runner.device)
+def configure(kept_settings):
+    """conftest's pytest_configure on the given options; the run's settings and profile are put back afterwards."""
     profile = settings.get_current_profile_name()
     yield lambda **given: conftest.pytest_configure(Options(**given))
     settings.load_profile(profile)
@@ -62,7 +60,7 @@ def test_a_bad_option_is_a_usage_error_naming_it(configure, given, words):
 def test_several_implementations_are_tested_side_by_side(configure):
     config = Options(impl="vllm_pairs, examples.float64_pairs:local_argmax,vllm_pairs")
     conftest.pytest_configure(config)
-    assert [i.spec for i in config.tpargmax_impls] == ["vllm_pairs", "examples.float64_pairs:local_argmax"]
+    assert [i.spec for i in current().impls] == ["vllm_pairs", "examples.float64_pairs:local_argmax"]
 
 
 @pytest.mark.parametrize("in_ci, profile", [(False, "dev"), (True, "ci")])

@@ -20,8 +20,8 @@ from groups.pool import RankPool
 from groups.simulated import RankTimeout
 from groups.tasks import RemoteError, RemoteValueError
 from groups.wire import recv, send
-from properties.cases import Case
-from properties.runner import prepare, rank_kwargs
+from properties.cases.case import Case
+from properties.harness.runner import prepare, rank_kwargs
 from tests import suite
 from tests.forked_runs import popen
 from tests.suite import ROOT, process_state

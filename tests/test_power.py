@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 import reference.oracle
 import tests.broken
 import tests.broken_top_k
-from properties import diagnose, faults
 from properties import test_d2t as d2t
 from properties import test_divergence as divergence
 from properties import test_equivalence as eq
@@ -28,7 +27,9 @@ from properties import test_head_layouts as layouts
 from properties import test_input_errors as errors
 from properties import test_top_k as top_k
 from properties import test_traffic as traffic
-from properties.profiles import running_with
+from properties.argmax import diagnosis as diagnose
+from properties.argmax import faults
+from properties.harness.profiles import running_with
 from properties.test_torch_semantics import check_argmax
 from reference.head import NOT_A_ROW, row_ids
 from sharded.impls import Impl, load_impl

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from properties.profiles import BACKEND_SHARE, PROPERTY_SHARE, backend_budget, budget
+from properties.harness.profiles import BACKEND_SHARE, PROPERTY_SHARE, backend_budget, budget
 
 
 def test_a_process_group_gets_its_share_and_the_settings_come_back():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hypothesis import settings
 
-from properties.profiles import BACKEND_SHARE, CI_EXAMPLES, budget
+from properties.harness.profiles import BACKEND_SHARE, CI_EXAMPLES, budget
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")

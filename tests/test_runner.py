@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from properties.cases import Case
-from properties.runner import oracle_draft_logits, prepare, rank_kwargs, run_ranks
+from properties.cases.case import Case
+from properties.harness.runner import prepare, rank_kwargs, run_ranks
+from properties.harness.settings import changed
+from properties.oracle import answer
 from sharded.impls import Impl, load_impl
 
 ARGS = ("hidden", "weight", "bias", "d2t")
@@ -24,22 +26,20 @@ def scribbler(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=Non
 
 def test_an_implementation_writing_into_its_arguments_changes_nothing_else():
     inputs = prepare(Case(batch=3, hidden=8, vocab=50, tp=4, bias=True, d2t="eagle3"), "sim")
-    logits = oracle_draft_logits(inputs).clone()
+    logits = answer(inputs).draft_logits.clone()
     honest = run_ranks(load_impl("packed_key"), inputs)[0][0]
     for _ in range(2):
         given, _ = run_ranks(Impl("scribbler", scribbler), inputs)
         for rank, tensors in enumerate(given):
             pristine = rank_kwargs(inputs, rank)
             assert all(torch.equal(t, pristine[name]) for name, t in zip(ARGS, tensors, strict=True)), rank
-    assert torch.equal(oracle_draft_logits(inputs), logits)
+    assert torch.equal(answer(inputs).draft_logits, logits)
     assert torch.equal(run_ranks(load_impl("packed_key"), inputs)[0][0], honest)
 
 
-def test_a_pinned_head_takes_the_backends_tp_before_the_case_checks_itself(monkeypatch):
+def test_a_pinned_head_takes_the_backends_tp_before_the_case_checks_itself():
     """A model class fixes its head (1000 ids, padded to 1024): a drawn tp=3 moves to gloo's nearest tp first, so
     the case never meets a tp that cannot split the head it is pinned to."""
-    from properties import runner
-
-    monkeypatch.setattr(runner, "pinned", {"vocab": 1000, "hidden": 8, "padding_size": 64})
-    inputs = prepare(Case(batch=1, hidden=3, vocab=7, tp=3, padding_size=3), "gloo")
+    with changed(pinned={"vocab": 1000, "hidden": 8, "padding_size": 64}):
+        inputs = prepare(Case(batch=1, hidden=3, vocab=7, tp=3, padding_size=3), "gloo")
     assert (inputs.tp, inputs.case.vocab) == (2, 1000)

@@ -17,8 +17,9 @@ import pytest
 import torch
 
 from engines import sampling_findings, sglang_sampling
+from engines.versions import SGLANG_VERSION
 from engines.vllm import triton_files
-from properties import repro
+from properties.repro import records as repro
 from tests.suite import ROOT, run_script
 from tpargmax.report_page import render
 from tpargmax.report_subjects import sampling_runs
@@ -70,7 +71,7 @@ def test_every_standalone_script_is_a_causes_and_every_causes_exists():
 
 
 # the hand-written reproductions: the samplers' and SGLang's page's (vLLM's are generated: tests/test_standalone.py)
-HAND_WRITTEN = SCRIPTS + sorted((ROOT / "docs" / "conformance" / "sglang-0.5.23").glob("*.py"))
+HAND_WRITTEN = SCRIPTS + sorted((ROOT / "docs" / "conformance" / f"sglang-{SGLANG_VERSION}").glob("*.py"))
 NEEDS_A_DEVICE = {"vllm_gumbel", "vllm_dflash2_cache_out_of_row", "sglang_lilicorr_neg_inf_ids", "nan_row_argmax"}
 
 

@@ -7,12 +7,14 @@ import math
 
 import torch
 
-from properties.case_tensors import SWITCH
-from properties.cases import Case
-from properties.runner import oracle_draft_logits, oracle_target_logits, prepare
-from properties.sample_plans import TINY, SamplePlan, sampling_params
-from properties.sampling import oracle_sample
-from properties.sampling_faults import Variant, _top_p, variant_sample
+from properties.cases.case import Case
+from properties.cases.plans import TINY, SamplePlan
+from properties.cases.tensors import SWITCH
+from properties.harness.runner import prepare
+from properties.oracle import answer
+from properties.sampling.checks import oracle_sample
+from properties.sampling.faults import Variant, _top_p, variant_sample
+from properties.sampling.params import sampling_params
 from reference.sampling import SamplingParams, classic_sample, gumbel_noise, masses, scaled, top_k_mask, top_p_margin
 
 TIES = Case(batch=16, hidden=6, vocab=200, tp=2, ties=("within_shard", "across_ranks"), seed=22, spread=True)
@@ -64,7 +66,7 @@ def test_an_exact_share_puts_a_token_exactly_on_the_boundary():
     T = 1e30 where the row's own masses give no exact share), so ``<`` drops it and ``<=`` keeps it."""
     inputs = prepare(Case(batch=16, hidden=6, vocab=300, tp=4, weights="normal", seed=21, spread=True))
     params = sampling_params(SamplePlan("one", "small", "exact", 8, 1), inputs)
-    x = scaled(oracle_target_logits(inputs)[0], params)
+    x = scaled(answer(inputs).target_logits[0], params)
     kept = top_k_mask(x, params.top_k)
     margin, _ = top_p_margin(x, kept, params.top_p)
     on_boundary = ((margin == 0) & kept).any(dim=1)
@@ -74,7 +76,7 @@ def test_an_exact_share_puts_a_token_exactly_on_the_boundary():
 
 def test_a_cut_tie_group_is_kept_whole_by_the_contract_and_split_by_a_token_walk():
     params = sampling_params(SamplePlan("one", "off", "in_tie", 4, 2), prepare(TIES))
-    x = scaled(oracle_target_logits(prepare(TIES))[0], params)
+    x = scaled(answer(prepare(TIES)).target_logits[0], params)
     kept = top_k_mask(x, params.top_k)
     whole = _top_p(x, kept, params.top_p, "<")
     for walk in ("split ids up", "split ids down"):
@@ -104,7 +106,7 @@ def test_a_spread_case_plants_its_specials_on_a_minority_of_rows():
     case = Case(batch=16, hidden=6, vocab=300, tp=4, bias=True, specials=("nan_ranks", "pos_inf"), seed=25)
     for spread, dtype in ((True, "float32"), (True, "bfloat16"), (True, "float16"), (False, "float32")):
         inputs = prepare(Case(**{**case.__dict__, "spread": spread, "dtype": dtype}))
-        logits = oracle_draft_logits(inputs)
+        logits = answer(inputs).draft_logits
         special = ~torch.isfinite(logits).all(dim=1)
         if not spread:
             assert bool(special.all())
@@ -115,7 +117,7 @@ def test_a_spread_case_plants_its_specials_on_a_minority_of_rows():
         assert bool(nan_rows.any()) and bool((switched & ~nan_rows).any())
         assert bool((logits[switched & ~nan_rows] == math.inf).any(dim=1).all())
         for rows in ([0], list(range(16))):  # one row at a time or all: the same values
-            one = oracle_draft_logits(inputs.with_rows(rows))
+            one = answer(inputs.with_rows(rows)).draft_logits
             assert torch.equal(one.isnan(), logits[rows].isnan()) and torch.equal(one.isinf(), logits[rows].isinf())
 
 

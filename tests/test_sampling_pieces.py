@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from groups.simulated import run_simulated
-from properties.chi_square import chi_square, upper_gamma_log
-from properties.sampling import top_p_slack
+from properties.sampling.checks import top_p_slack
+from properties.sampling.chi_square import chi_square, upper_gamma_log
 from reference.oracle import tokens_from_draft_logits
 from reference.sampling import SamplingParams, classic_sample, gumbel_noise, top_k_mask, top_p_mask, uniforms
 from sharded.layout import vocab_parallel_layout

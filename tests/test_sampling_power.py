@@ -12,16 +12,16 @@ import re
 import pytest
 from hypothesis import settings
 
-from properties import own_randomness as own
-from properties import sampling_faults as faults
-from properties import support_rules as support
 from properties import test_sampling as ts
-from properties.cases import Case
-from properties.distribution import BY_NAME, DISTRIBUTION_WRONG
-from properties.runner import prepare
-from properties.sample_plans import SamplePlan
-from properties.sampling import SAMPLE_KEPT, observed, run_sampler, same_kept, same_token, subject_of
-from properties.sampling_experiments import name_fault
+from properties.cases.case import Case
+from properties.cases.plans import SamplePlan
+from properties.harness.runner import prepare
+from properties.sampling import faults
+from properties.sampling import own_randomness as own
+from properties.sampling import support_rules as support
+from properties.sampling.checks import SAMPLE_KEPT, observed, run_sampler, same_kept, same_token, subject_of
+from properties.sampling.distribution import BY_NAME, DISTRIBUTION_WRONG
+from properties.sampling.experiments import name_fault
 from sharded.impls import Impl, load_impl
 from tests.suite import FIND_ONLY, broken_spec, failure
 

@@ -12,6 +12,7 @@ import torch
 
 from engines import sglang
 from engines.sglang import HEAD, SOFT_CAP, sglang_classic, sglang_deferred_argmax
+from engines.versions import SGLANG_VERSION
 from sharded.layout import vocab_parallel_layout
 
 SUBJECTS = {"sglang_deferred_argmax": sglang_deferred_argmax, "sglang_classic": sglang_classic}
@@ -48,5 +49,5 @@ def test_install_steps_pin_the_wheel_without_dependencies() -> None:
     from tpargmax.install_sglang import steps
 
     install, check = steps()
-    assert install[-4:] == ["pip", "install", "--no-deps", "sglang==0.5.23"] and check[0] == sys.executable
-    assert sglang.SGLANG_VERSION == "0.5.23" and "install-sglang" in sglang.INSTALL_HINT
+    assert install[-4:] == ["pip", "install", "--no-deps", f"sglang=={SGLANG_VERSION}"] and check[0] == sys.executable
+    assert sglang.SGLANG_VERSION == SGLANG_VERSION and "install-sglang" in sglang.INSTALL_HINT

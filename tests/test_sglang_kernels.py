@@ -43,13 +43,13 @@ NAN_CASE = dict(batch=1, hidden=3, vocab=33, tp=2, bias=True, specials=("nan_ran
 
 
 def _case(**fields: object):
-    from properties.cases import Case
+    from properties.cases.case import Case
 
     return replace(Case(**fields), **HEAD)
 
 
 def _inputs(fields: dict, backend: str = "sim"):
-    from properties.case_tensors import build
+    from properties.cases.tensors import build
 
     return replace(build(_case(**fields)), backend=backend)
 
@@ -82,7 +82,7 @@ def test_subjects_call_the_real_kernels(name: str, monkeypatch: pytest.MonkeyPat
         module, attr = kernels.row_argmax, "softcap_row_argmax"
     real, calls = getattr(module, attr), []
     monkeypatch.setattr(module, attr, lambda *a: calls.append(a) or real(*a))
-    from properties.runner import run_ranks
+    from properties.harness.runner import run_ranks
 
     inputs = _inputs(CASES[2])
     run_ranks(_impl(name), inputs)
@@ -92,7 +92,7 @@ def test_subjects_call_the_real_kernels(name: str, monkeypatch: pytest.MonkeyPat
 @pytest.mark.parametrize("fields", CASES, ids=lambda f: f"v{f['vocab']}-tp{f['tp']}")
 @pytest.mark.parametrize("name", sorted(SUBJECTS))
 def test_fixed_cases_match_the_oracle(name: str, fields: dict) -> None:
-    from properties.checks import check_output_contract, check_token_exact
+    from properties.argmax.checks import check_output_contract, check_token_exact
 
     inputs = _inputs(fields)
     check_token_exact(_impl(name), inputs)
@@ -103,16 +103,17 @@ def test_fixed_cases_match_the_oracle(name: str, fields: dict) -> None:
 def test_runs_in_gloo_rank_processes(name: str) -> None:
     if torch.cuda.is_available():
         pytest.skip("gloo cannot all-gather CUDA tensors")
-    from properties.checks import check_token_exact
+    from properties.argmax.checks import check_token_exact
 
     check_token_exact(_impl(name), _inputs(CASES[4], backend="gloo"))
 
 
 def test_a_nan_logit_never_wins_the_deferred_argmax() -> None:
     """The finding, pinned: SGLang's two paths disagree on a row holding a NaN (rule 2: the first NaN wins)."""
-    from properties.runner import oracle_tokens, run_ranks
+    from properties.harness.runner import run_ranks
+    from properties.oracle import answer
 
     inputs = _inputs(NAN_CASE)
-    assert oracle_tokens(inputs).tolist() == [32]
+    assert answer(inputs).tokens.tolist() == [32]
     assert run_ranks(_impl("sglang_classic"), inputs)[0][0].tolist() == [32]
     assert run_ranks(_impl("sglang_deferred_argmax"), inputs)[0][0].tolist() == [2]

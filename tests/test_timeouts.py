@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 
 from groups.simulated import DEFAULT_TIMEOUT
-from properties import checks, runner
 from properties import test_equivalence as eq
 from properties import test_sampling as ts
-from properties.distribution import CHUNK
+from properties.argmax import checks
+from properties.harness.settings import changed
+from properties.sampling.distribution import CHUNK
 from sharded.impls import Impl
 from sharded.local_argmax import vllm_pairs
 from sharded.local_sampling import gumbel_pairs
@@ -38,9 +39,9 @@ def rank_one_dawdles(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, 
     return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
 
 
-def test_a_rank_past_the_limit_names_the_limit_its_value_and_the_option(monkeypatch):
-    monkeypatch.setattr(runner, "collective_timeout", 0.5)
-    message = failure(eq.test_token_exact, Impl("tests.test_timeouts:rank_one_dawdles", rank_one_dawdles))
+def test_a_rank_past_the_limit_names_the_limit_its_value_and_the_option():
+    with changed(collective_timeout=0.5):
+        message = failure(eq.test_token_exact, Impl("tests.test_timeouts:rank_one_dawdles", rank_one_dawdles))
     first = message.splitlines()[0]
     assert first.startswith("[hang: rank 1 of ") and "still running after 0.5s" in first, message[:600]
     assert first.endswith(f"; the collective timeout of 0.5 s ran out ({checks.RAISES['collective timeout']})]")

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from engines import tpu_inference, tpu_inference_findings
-from properties import repro
+from properties.repro import records as repro
 from tests.suite import ROOT, run_script
 from tpargmax.report_page import render
 from tpargmax.report_subjects import tpu_inference_runs

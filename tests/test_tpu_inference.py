@@ -31,7 +31,7 @@ def test_the_install_is_jax_then_the_wheel_without_dependencies_then_a_check(cap
     lines = [line.split(" ", 2)[2] for line in out.out.splitlines()]
     assert out.err == "" and lines == [
         "-m pip install jax==0.10.2 jaxlib==0.10.2",
-        "-m pip install --no-deps tpu-inference==0.32.0",
+        f"-m pip install --no-deps tpu-inference=={tpu.VERSION}",
         "-c '<load the tpu-inference sampler on a CPU mesh>'",
     ]
 

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from properties import repro, runner
-from properties.cases import Case
-from properties.checks import TOKEN_EXACT
-from properties.top_k import TOP_K_TOP1
+from properties.argmax.checks import TOKEN_EXACT
+from properties.argmax.top_k import TOP_K_TOP1
+from properties.cases.case import Case
+from properties.harness import runner
+from properties.repro import records as repro
 from sharded.local_argmax import vllm_pairs
 from tests.suite import ROOT, committed_repro_files, run, verdicts
 from tests.test_hostile_input import one_line
@@ -273,7 +274,7 @@ def test_a_file_recorded_in_another_environment_is_not_judged(tmp_path, monkeypa
 
 def test_a_file_records_the_settings_its_implementation_reads(tmp_path, monkeypatch):
     """``fn.env`` names them; what this run set of them goes into the record, and into the file's name."""
-    from properties.diagnose import env_of
+    from properties.failures import env_of
     from sharded.impls import Impl
 
     def reads_a_setting(**kwargs):

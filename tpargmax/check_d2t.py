@@ -82,7 +82,7 @@ def check_d2t(args: argparse.Namespace) -> int:
     if report.kind == NON_MONOTONE:  # confirm by running the local path against the oracle
         import torch
 
-        from properties.d2t_findings import check_tie, targets_of
+        from properties.argmax.d2t_tables import check_tie, targets_of
         from sharded.impls import load_impl
 
         i, j = report.first_inversion[:2]

@@ -4,7 +4,7 @@ A path may be a ``.safetensors`` file, a torch file, a shard index
 (``*.index.json``) or a directory holding one of those beside ``config.json``.
 Safetensors files are memory-mapped through the ``safetensors`` library and only
 the two tables are read; torch files are loaded weights-only and memory-mapped
-(:mod:`properties.torch_files`), so a pickled object is refused, never run; an
+(:mod:`properties.repro.torch_files`), so a pickled object is refused, never run; an
 index opens only the shard(s) that hold the tables. Every failure is a
 :class:`CheckpointError` whose message is one line naming the file and the fault.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from properties.torch_files import first_line, load_weights_only
+from properties.repro.torch_files import first_line, load_weights_only
 
 # What a published draft directory holds, in the order engines look for them.
 DIRECTORY_FILES = (

@@ -11,6 +11,7 @@ import sys
 from functools import cache
 
 import tpargmax  # noqa: F401 - puts the checkout on sys.path
+from engines.versions import SGLANG_VERSION, TPU_INFERENCE_PAGE, TPU_INFERENCE_VERSION, VLLM_VERSION
 from sharded import quiet_numpy_notice
 
 
@@ -62,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--backend", choices=("sim", "gloo"), help="replay on this backend instead of the recorded one")
     rep.add_argument("--device", choices=("cpu", "cuda"), help="replay on this device instead of the recorded one")
     rep.add_argument("--collective-timeout", type=float, default=10.0, help="seconds (default %(default)s)")
-    rep.set_defaults(run=lambda args: _lazy("tpargmax.replay", "replay")(args))
+    rep.set_defaults(run=lambda args: _lazy("tpargmax.repro", "replay")(args))
 
     pro = commands.add_parser("promote", help="write a patch that pins a repro file's case as an @example")
     pro.add_argument("file", help="a repro .json file")
@@ -109,26 +110,31 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--out", help="write the summary here (default: print)")
     summary.set_defaults(run=lambda args: _lazy("tpargmax.fuzz_summary", "main")(args))
 
-    vllm = commands.add_parser("install-vllm", help="install vLLM 0.32.0 (CPU) into this venv, for the vLLM tests")
+    vllm = commands.add_parser(
+        "install-vllm", help=f"install vLLM {VLLM_VERSION} (CPU) into this venv, for the vLLM tests"
+    )
     vllm.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     vllm.set_defaults(run=lambda args: _lazy("tpargmax.install_vllm", "install_vllm")(args))
 
     sglang = commands.add_parser(
-        "install-sglang", help="install SGLang 0.5.23's wheel without dependencies, for its GPU kernels under test"
+        "install-sglang",
+        help=f"install SGLang {SGLANG_VERSION}'s wheel without dependencies, for its GPU kernels under test",
     )
     sglang.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     sglang.set_defaults(run=lambda args: _lazy("tpargmax.install_sglang", "install_sglang")(args))
 
     samplers = commands.add_parser(
         "install-samplers",
-        help="install vLLM 0.32.0 (CPU), Triton and SGLang 0.5.23's wheel, for the engines' samplers under test",
+        help=f"install vLLM {VLLM_VERSION} (CPU), Triton and SGLang {SGLANG_VERSION}'s wheel, for the engines' "
+        "samplers under test",
     )
     samplers.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     samplers.set_defaults(run=lambda args: _lazy("tpargmax.install_samplers", "install_samplers")(args))
 
     tpu = commands.add_parser(
         "install-tpu-inference",
-        help="install jax 0.10.2 and tpu-inference 0.32.0's wheel without dependencies, for its sampler under test",
+        help=f"install jax 0.10.2 and tpu-inference {TPU_INFERENCE_VERSION}'s wheel without dependencies, for its "
+        "sampler under test",
     )
     tpu.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     tpu.set_defaults(run=lambda args: _lazy("tpargmax.install_tpu_inference", "install_tpu_inference")(args))
@@ -143,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("vllm", "sampling", "tpu-inference"),
         default="vllm",
         help="which page: vLLM's argmax and top-k (default), the engines' samplers (docs/conformance/sampling.md), "
-        "or tpu-inference's sampler (docs/conformance/tpu-inference-0.32.0.md)",
+        f"or tpu-inference's sampler ({TPU_INFERENCE_PAGE}.md)",
     )
     rpt.add_argument("--out", help="write the Markdown page here, and its JSON beside it (default: print)")
     rpt.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
@@ -157,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rpt.add_argument("--examples", type=int, default=120, help="--max-examples per property (default %(default)s)")
     rpt.add_argument(
-        "--repro-dir", help="where failures' repro files go (default: repro/vllm-0.32.0, or repro/sampling)"
+        "--repro-dir", help=f"where failures' repro files go (default: repro/vllm-{VLLM_VERSION}, or repro/sampling)"
     )
     rpt.add_argument("--row-timeout", type=float, default=900.0, help="seconds one row may take (default %(default)s)")
     rpt.set_defaults(run=lambda args: _lazy("tpargmax.report", "report")(args))
@@ -197,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _shard(text: str) -> tuple[int, int]:
-    from properties.fuzz_shards import parse_shard
+    from properties.harness.fuzz_shards import parse_shard
 
     try:
         return parse_shard(text)

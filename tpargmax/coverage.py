@@ -1,7 +1,7 @@
 """``tpargmax coverage``: which pairs of case features the ``ci`` run's properties draw and check.
 
 It runs the properties as README's test command does (``-n auto``, ``ci``
-profile), with every example's features recorded (:mod:`properties.coverage`),
+profile), with every example's features recorded (:mod:`properties.harness.coverage`),
 then counts each valid pair of features.  Exit 0 when every valid pair met in at
 least ``--min`` examples, 1 when some did not, 2 when the run recorded nothing.
 """
@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from properties.coverage import COVERAGE_ENV, count_pairs, read, valid_pairs
+from properties.harness.coverage import COVERAGE_ENV, count_pairs, read, valid_pairs
 
 ROOT = Path(__file__).resolve().parent.parent
 Popen = subprocess.Popen  # what starts the pytest run; the project's tests fork it (tests/forked_runs.py)

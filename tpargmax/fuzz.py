@@ -12,7 +12,7 @@ The exit status is 1 if any test failed, 2 if the example database cannot be use
 
 A fleet: ``--shard I/N`` gives worker I the round seeds equal to I - 1 modulo N (disjoint from the others'), and
 with ``--shard-by properties`` a disjoint 1/N of the tests too,
-``--db redis://...`` one live example database for all of them (:mod:`properties.example_db`), and
+``--db redis://...`` one live example database for all of them (:mod:`properties.harness.example_db`), and
 ``tpargmax fuzz-summary`` merges their logs and repro files (:mod:`tpargmax.fuzz_summary`).
 """
 
@@ -31,8 +31,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from properties import example_db
-from properties.fuzz_shards import shard_seed
+from properties.harness import example_db
+from properties.harness.fuzz_shards import shard_seed
 from tpargmax.stats import StatisticsReader
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +99,7 @@ def _round(
 
 def fuzz(args: argparse.Namespace) -> int:
     if args.db:
-        os.environ["TPARGMAX_DB"] = args.db  # the rounds' pytest runs read it (properties.example_db)
+        os.environ["TPARGMAX_DB"] = args.db  # the rounds' pytest runs read it (properties.harness.example_db)
     if (why := example_db.problem()) is not None:
         print(f"tpargmax fuzz: {why}", file=sys.stderr)
         return 2

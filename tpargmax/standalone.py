@@ -1,9 +1,10 @@
 """Write each vLLM cause's standalone reproduction script from its shrunk case: ``python -m tpargmax.standalone``.
 
 The templates and the choice of case per cause are ``engines.vllm.standalone``'s; the titles are the causes' own
-(``engines.vllm.findings.FINDINGS``); the tensors come from the committed repro file (``properties.repro.load``), or
-from the case's seed where the failure has none, written out in the script so that it needs nothing of this
-project.  ``--check`` exits 1 where a committed script is not what this would write.
+(``engines.vllm.findings.FINDINGS``); the tensors come from the committed repro file
+(``properties.repro.records.load``), or from the case's seed where the failure has none, written out in the
+script so that it needs nothing of this project.  ``--check`` exits 1 where a committed script is not what this
+would write.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import torch
 from engines.vllm import shm
 from engines.vllm import standalone as templates
 from engines.vllm.findings import FINDINGS
-from properties.case_tensors import build
-from properties.cases import Case
-from properties.repro import load
+from properties.cases.case import Case
+from properties.cases.tensors import build
+from properties.repro.records import load
 
 ROOT = Path(__file__).resolve().parent.parent
 WIDTH = 120  # the project's line length: the scripts pass its ruff check

@@ -83,8 +83,8 @@ def throughput(args: argparse.Namespace) -> int:
         from tpargmax.throughput_compare import compare
 
         return compare(args.compare, runs=args.runs, repo=Path(args.repo) if args.repo else ROOT)
-    from properties.coverage import EVENTS_ENV
-    from properties.runner import BACKENDS
+    from properties.harness.coverage import EVENTS_ENV
+    from properties.harness.runner import BACKENDS
 
     cmd = command(args)
     print(f"running: {shlex.join(cmd[1:])}", flush=True)

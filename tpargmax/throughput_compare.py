@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STATISTICS = "--hypothesis-show-statistics"
-# properties.coverage.EVENTS_ENV, named here so this module needs no torch: the statistics are read for their
+# properties.harness.coverage.EVENTS_ENV, named here so this module needs no torch: the statistics are read for their
 # counts, so the case features (one event per example) are left off, as `tpargmax throughput` leaves them off
 EVENTS_ENV = "TPARGMAX_FEATURE_EVENTS"
 _README_BLOCK = re.compile(r"```bash\n(.+?)\n(.+?)\n```")

@@ -34,7 +34,7 @@ class Subject:
 
     cls: str
     module: str
-    head: dict[str, object]  # properties.cases.Case overrides: the head this build really has
+    head: dict[str, object]  # properties.cases.case.Case overrides: the head this build really has
     build: Callable[[], Any]  # -> Built, in the rank process, after start_vllm
     how: str  # "built" or "head reproduced from the constructor: <why>"
     paths: tuple[str, ...] = ("get_top_tokens", "compute_logits")

@@ -73,10 +73,11 @@ import torch.nn.functional as F
 from engines.vllm import layer
 from engines.vllm.gumbel import _on_kernel_device, vllm_noise
 from engines.vllm.layer import SHM_ENV, start_vllm, vllm_head
-from engines.vllm.triton_files import DFLASH2, LAUNCH, interpreting, vllm_dir, why_unavailable
+from engines.vllm.triton_files import DFLASH2, vllm_dir, why_unavailable
 from reference.sampling import SamplingParams
 from sharded.group import TPGroup
 from sharded.layout import ShardLayout
+from sharded.triton_env import TRITON_LOCK, interpreting
 
 __all__ = ["vllm_dflash2_sampler", "vllm_dflash2_sampler_corrected", "why_unavailable"]
 
@@ -212,7 +213,7 @@ def _walk(ids: torch.Tensor, unary: torch.Tensor, sampling: SamplingParams, widt
     launches = [list(range(n))] if n * k * k <= BATCHED_SCORES else [[r] for r in range(n)]
     draft_tokens = torch.zeros(n, dtype=torch.int64, device=kernel_device)
     draft_logits = torch.full((n, 1, width), -math.inf, dtype=torch.float32, device=kernel_device)
-    with LAUNCH:
+    with TRITON_LOCK:
         for rows in launches:
             m, index = len(rows), torch.tensor(rows, device=kernel_device)
             # glue 2: no pairwise term, the same unary logits for every predecessor

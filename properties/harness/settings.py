@@ -1,0 +1,72 @@
+"""One run's settings: built once (by conftest from pytest's options, or by a command from its own), read from here.
+
+A context variable holds them, so a test can run with other settings inside ``changed(...)`` and have the run's
+back on leaving, and nothing writes another module's globals.  The ranks never read them: the caller's thread
+prepares every case and starts every group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from groups.simulated import DEFAULT_TIMEOUT
+from sharded.impls import Impl
+
+BACKENDS = ("sim", "gloo", "torchrun")
+HEADS = ("all", "base")  # base: only base ids are tokens (added rows, if any, lie beyond the logits vocabulary)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a run tests, where, and how long a collective may take."""
+
+    impls: tuple[Impl, ...] = ()
+    topk_impls: tuple[Impl, ...] = ()
+    sampling_impls: tuple[Impl, ...] = ()
+    backends: tuple[str, ...] = ("sim",)
+    device: str = "cpu"  # where every rank's tensors and the oracle live: groups.devices
+    collective_timeout: float = DEFAULT_TIMEOUT
+    gloo_tps: tuple[int, ...] = (2, 4)
+    heads: str = "all"
+    pinned: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))  # Case fields every case takes
+    torchrun_job: Any = None  # the TorchrunJob when properties.torchrun runs this process as rank 0
+    repro_dir: str = "repro"
+    listening: bool = False  # case features as events: statistics shown, or examples recorded (tpargmax coverage)
+
+
+_CURRENT: ContextVar[Settings] = ContextVar("tpargmax_settings", default=Settings())  # noqa: B039 - frozen
+
+
+def current() -> Settings:
+    """This run's settings."""
+    return _CURRENT.get()
+
+
+def configure(**changes: Any) -> Settings:
+    """Set this run's settings (those not named stay as they are); a command or conftest calls it once."""
+    new = replace(current(), **changes)
+    _CURRENT.set(new)
+    return new
+
+
+@contextmanager
+def changed(**changes: Any) -> Iterator[Settings]:
+    """Run the block with ``changes`` (or none: whatever the block configures) and the run's settings back after."""
+    token = _CURRENT.set(replace(current(), **changes))
+    try:
+        yield current()
+    finally:
+        _CURRENT.reset(token)
+
+
+def pinned_head(impls: list[Impl]) -> Mapping[str, object]:
+    """The head every case takes: the one the implementations under test were built for (model classes), if any."""
+    fixed = {tuple(sorted(impl.head.items())): impl for impl in impls if impl.head}
+    if len(fixed) > 1:
+        raise ValueError(f"{' and '.join(map(str, fixed.values()))} fix different heads: test them in separate runs")
+    return MappingProxyType(dict(next(iter(fixed))) if fixed else {})

@@ -1,0 +1,1 @@
+"""Repro files: written when a property fails, read as untrusted input, replayed."""

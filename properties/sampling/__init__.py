@@ -1,0 +1,1 @@
+"""The sampler properties: token-exact, kept set, invariance, log-probabilities, support and distribution."""

@@ -1,0 +1,93 @@
+"""The sampling log-probability property: the chosen token's raw and processed log-probabilities against
+``log_softmax`` in float64, at the sampler's own token, within :data:`LOG_PROB_ULPS` float32 ulps."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from hypothesis import event
+from hypothesis.control import currently_in_test_context
+
+from properties.cases.case import Inputs
+from properties.cases.plans import SamplePlan, plan_fields
+from properties.failures import fail, repro_extra
+from properties.oracle import answer
+from properties.sampling.checks import noise_of, observed, oracle_sample, run_sampler, subject_of
+from properties.sampling.experiments import name_fault
+from properties.sampling.faults import PER_SHARD, Observed, Prediction
+from reference.sampling import log_probs, scaled
+from sharded.impls import Impl
+
+SAMPLE_LOG_PROBS = "log-probabilities within 8 float32 ulps of log_softmax in float64"
+LOG_PROB_ULPS = 8
+
+
+def ulps_apart(got: torch.Tensor, want: torch.Tensor, magnitude: torch.Tensor) -> torch.Tensor:
+    """How many float32 ulps of ``magnitude`` lie between ``got`` and the float64 ``want``; 0 where both are NaN,
+    infinite where only one is."""
+    ulp = torch.finfo(torch.float32).eps * magnitude.clamp(min=1.0)
+    gap = (got.double() - want).abs() / ulp
+    both = got.isnan() & want.isnan()
+    one = got.isnan() ^ want.isnan()
+    return torch.where(both, 0.0, torch.where(one, math.inf, gap.nan_to_num(nan=0.0, posinf=math.inf)))
+
+
+def _magnitudes(full: torch.Tensor, x: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
+    """float64 ``[B, 2]``: the larger of the exact log-prob and the row's largest finite raw logit (processed: ``x``),
+    the size of the numbers a float32 log-softmax subtracts."""
+    largest = []
+    for t in (full.float(), x):
+        finite = t.double().masked_fill(~torch.isfinite(t), 0.0).abs().amax(dim=1)
+        largest.append(finite)
+    return torch.maximum(exact.abs().nan_to_num(0.0, 0.0, 0.0), torch.stack(largest, dim=1))
+
+
+def same_log_probs(prediction: Prediction, seen: Observed, row: int) -> bool:
+    """Agreement for the fault models: the model's token on ``row``, and both its log-probabilities within
+    :data:`LOG_PROB_ULPS` of the run's."""
+    if int(prediction.tokens[row]) != int(seen.tokens[row]) or seen.log_probs is None:
+        return int(prediction.tokens[row]) == int(seen.tokens[row])
+    mine = seen.logits[row : row + 1]
+    size = _magnitudes(mine, scaled(mine, seen.params.rows([row])), prediction.log_probs[row : row + 1])[0]
+    return bool((ulps_apart(seen.log_probs[row], prediction.log_probs[row], size) <= LOG_PROB_ULPS).all())
+
+
+def check_log_probs(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
+    """The chosen token's raw and processed log-probabilities within :data:`LOG_PROB_ULPS` float32 ulps of the
+    larger of the exact value and the row's largest finite logit (or ``x``) of ``log_softmax`` in float64."""
+    with repro_extra(sampling=plan_fields(plan)):
+        drawn, params = run_sampler(impl, inputs, plan, SAMPLE_LOG_PROBS)
+        if drawn.log_probs is None:
+            if currently_in_test_context():
+                event("log-probabilities not reported")
+            return
+        want = oracle_sample(inputs, params, noise_of(impl))
+        params, tokens = params.to("cpu"), drawn.tokens.cpu()
+        if not bool(((tokens >= 0) & (tokens < want.kept.shape[1])).all()):
+            return  # not a token: the exactness property's failure
+        full, _ = answer(inputs).target_logits
+        x = scaled(full, params)
+        exact = log_probs(full, x, want.kept.cpu(), tokens, params.greedy)  # at its own tokens
+        got = drawn.log_probs.cpu()
+        apart = ulps_apart(got, exact, _magnitudes(full, x, exact))
+        bad = (apart > LOG_PROB_ULPS).nonzero()
+        if bad.numel():
+            row, which = (int(v) for v in bad[0])
+            kind = ("raw", "processed")[which]
+            subject, seen = subject_of(impl, inputs, SAMPLE_LOG_PROBS), observed(inputs, params, drawn)
+            model = name_fault(inputs, params, subject, seen, list(range(inputs.case.batch)), same_log_probs)
+            if model is None:
+                rule = f"{kind} log-probability more than {LOG_PROB_ULPS} float32 ulps from log_softmax in float64"
+            else:
+                rule = model if model in PER_SHARD.values() else f"{kind} log-probability: {model}"
+            fail(
+                rule,
+                [
+                    f"row {row}: expected {float(exact[row, which])!r}, got {float(got[row, which])!r} "
+                    f"({float(apart[row, which]):.3g} ulps)"
+                ],
+                impl,
+                inputs,
+                SAMPLE_LOG_PROBS,
+            )
