@@ -12,6 +12,7 @@ named engine built-ins, are not followed.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,11 +62,21 @@ def modules(root: Path = ROOT) -> dict[str, Path]:
     return found
 
 
+def parsed(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once per process and content (three tests walk the whole tree)."""
+    return _parse(path.read_bytes(), str(path))
+
+
+@functools.cache
+def _parse(source: bytes, name: str) -> ast.Module:
+    return ast.parse(source, name)
+
+
 def imports(name: str, path: Path, known: set[str]) -> list[tuple[str, int]]:
     """The project's modules ``name`` imports statically, with the line of each import."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = []
-    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -153,7 +164,7 @@ def foreign_writes(root: Path = ROOT) -> list[str]:
     for name, path in found.items():
         if name.startswith("tests"):
             continue
-        tree = ast.parse(path.read_bytes(), str(path))
+        tree = parsed(path)
         aliases = {}  # local name -> project module it is bound to
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
