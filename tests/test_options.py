@@ -3,6 +3,8 @@ and the Hypothesis profile is ``dev`` unless one is given or the run is in CI.""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from hypothesis import settings
 
@@ -76,3 +78,17 @@ def test_an_xfail_without_a_reason_is_a_usage_error(tmp_path):
     xfails.write_text("test_token_exact  # a reason\n\ntest_output_contract\n")
     with pytest.raises(pytest.UsageError, match=r"xfails.txt:3: give a reason after '#' for 'test_output_contract'"):
         read_xfails(str(xfails))
+
+
+def test_a_module_that_refuses_its_environment_stays_out_of_the_suites_import(tmp_path, monkeypatch):
+    """vLLM's Triton kernels raise RuntimeError where Triton is installed and vLLM is not: the run still starts,
+    with the modules that do import imported."""
+    package = tmp_path / "tpargmax_probe_suite"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "refuses.py").write_text("raise RuntimeError('vLLM is not installed')\n")
+    (package / "imports.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(conftest, "SUITE_PACKAGES", ("tpargmax_probe_suite",))
+    conftest.import_the_suite()
+    assert "tpargmax_probe_suite.imports" in sys.modules and "tpargmax_probe_suite.refuses" not in sys.modules
