@@ -14,8 +14,9 @@ What runs, by file (``sglang/`` in the wheel):
   used by ``lilicorr_sample_path`` only), so ``lilicorr_topk_lse`` (L112-169) with its Triton kernels
   ``_tiled_scan`` / ``_tiled_select`` and ``_combine_lse`` (L96-99), and ``_topk_lse_torch`` (L102-109).
   ``lilicorr_topk_lse`` runs its kernels only for CUDA tensors (L117); under Triton's interpreter the rank's CPU
-  logits are handed over as :class:`_InterpretedCuda` (a CPU tensor whose ``is_cuda`` is True), so the kernel
-  path runs there too, with the same routing (L124: ``min(K, T)`` not a power of two -> ``_topk_lse_torch``).
+  logits are handed over as ``engines.sglang_sampling_wheel._InterpretedCuda`` (a CPU tensor whose ``is_cuda`` is
+  True), so the kernel path runs there too, with the same routing (L124: ``min(K, T)`` not a power of two ->
+  ``_topk_lse_torch``).
 * ``srt/models/dflash.py``: ``_radix_topk`` (L66-70, ``flashinfer`` absent -> ``torch.topk``),
   ``_project_candidate_logits`` (L91-104) and ``candidate_topk`` (L107-154), called with ``with_partition=True``.
 * ``kernels/ops/sampling/murmur_hash.py``: the module (only torch and Triton), its kernel ``murmur_hash32_kernel``.
@@ -66,24 +67,19 @@ Neither subject takes top-p (``fn.masks = ("top_k",)``): SGLang's candidate path
 
 from __future__ import annotations
 
-import contextvars
 import math
-import types
-from functools import cache
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from engines import sglang
-from engines.sglang_wheel import wheel_functions
+from engines.sglang_sampling_wheel import RANK, load, why_unavailable
 from reference.checks import InvalidInput
 from reference.sampling import SamplingParams, gumbel_noise, scaled
 from sharded.group import TPGroup
 from sharded.keys import encode_keys
 from sharded.layout import ShardLayout, every_rank
 from sharded.local_sampling import gathered_sample, shard_tokens
-from sharded.triton_env import TRITON_LOCK, interpreting
 
 __all__ = [
     "sglang_candidate_topk",
@@ -93,110 +89,10 @@ __all__ = [
     "why_unavailable",
 ]
 
-FILES = {
-    "lilicorr": "sglang/kernels/ops/speculative/lilicorr.py",
-    "dflash": "sglang/srt/models/dflash.py",
-    "murmur": "sglang/kernels/ops/sampling/murmur_hash.py",
-    "sampler": "sglang/srt/layers/sampler.py",
-}
 TOP_K_ALL = 1 << 30  # sglang/srt/sampling/sampling_params.py L43
 MAX_FUSED_CANDIDATE_TOPK = 16  # lilicorr.py L18: "the config refuses a wider head"
 FALLBACK = "fallback: top-k off, above 16 or above a rank's tokens: SGLang's candidate_topk never takes the row"
 HEAD: dict[str, object] = {"added": 0, "logits_vocab": None, "soft_cap": None, "scale": 1.0, "d2t": "none"}
-
-
-def why_unavailable() -> str | None:
-    """Why the subjects cannot run here (no wheel, another version, a file missing, no Triton, no CUDA), or None."""
-    return sglang.why_unavailable(FILES)
-
-
-# The rank running SGLang's code now: the simulated group runs its ranks as greenlets of one thread, each with its
-# own context.
-_RANK: contextvars.ContextVar[TPGroup] = contextvars.ContextVar("sglang_rank")
-
-
-class _Parallel:
-    @property
-    def tp_size(self) -> int:
-        return _RANK.get().world_size
-
-
-def _all_gather(t: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """``tensor_model_parallel_all_gather``: every rank's ``t`` concatenated along ``dim``, in rank order."""
-    return torch.cat(list(_RANK.get().all_gather(t.contiguous()).unbind(0)), dim=dim)
-
-
-class _InterpretedCuda(torch.Tensor):
-    """A CPU tensor that ``lilicorr_topk_lse`` takes for a CUDA one, so its Triton path runs under the interpreter."""
-
-    @property
-    def is_cuda(self) -> bool:  # type: ignore[override]
-        return True
-
-
-def _dense_head_weight(weight: Any) -> bool:
-    """``dflash_utils.is_dense_head_weight`` (L817-824)."""
-    return weight is not None and weight.dtype in (torch.float16, torch.bfloat16, torch.float32)
-
-
-@cache
-def load() -> types.SimpleNamespace:
-    """SGLang's functions, from the installed wheel's files (module docstring)."""
-    reason = why_unavailable()
-    if reason is not None:
-        raise RuntimeError(reason)
-    paths = sglang.kernel_paths(FILES)
-    lilicorr = wheel_functions("lilicorr", paths["lilicorr"], None, {"selector_walk_triton": None})
-    murmur = wheel_functions("murmur_hash", paths["murmur"], None, {})
-
-    def topk_lse(logits: torch.Tensor, k: int):
-        if interpreting() and not logits.is_cuda:
-            logits = logits.as_subclass(_InterpretedCuda)
-        with TRITON_LOCK:
-            vals, ids, lse = lilicorr.lilicorr_topk_lse(logits, k)
-        return tuple(t.as_subclass(torch.Tensor) for t in (vals, ids, lse))
-
-    dflash = wheel_functions(
-        "dflash",
-        paths["dflash"],
-        ("_radix_topk", "_project_candidate_logits", "candidate_topk"),
-        {
-            "lilicorr_topk_lse": topk_lse,
-            "_flashinfer_top_k": None,  # flashinfer is not installed: the ImportError branch (L60-63)
-            "get_parallel": _Parallel,
-            "tensor_model_parallel_all_gather": _all_gather,
-            "should_apply_lm_head_quant_method": lambda lm_head, quant_method: quant_method is not None,
-            "is_dense_head_weight": _dense_head_weight,
-        },
-    )
-
-    def murmur_hash32(seed: torch.Tensor, positions: torch.Tensor, col_indices: torch.Tensor) -> torch.Tensor:
-        """murmur_hash.py L104-128 without the CPU branch (``sgl_kernel``): the Triton launch on every device."""
-        n, m = seed.shape[0], col_indices.shape[0]
-        hashed = torch.empty((n, m), dtype=torch.uint32, device=seed.device)
-        grid = (n, (m + 1023) // 1024)
-        with TRITON_LOCK:
-            murmur.murmur_hash32_kernel[grid](seed, positions, col_indices, hashed, n, m, BLOCK_SIZE=1024)
-        return hashed
-
-    sampler = wheel_functions(
-        "sampler",
-        paths["sampler"],
-        ("multinomial_with_seed", "top_k_top_p_min_p_sampling_from_probs_torch", "sampling_from_probs_torch"),
-        {"murmur_hash32": murmur_hash32, "is_npu": lambda: False, "envs": _Envs()},
-    )
-    return types.SimpleNamespace(
-        lilicorr=lilicorr, dflash=dflash, sampler=sampler, murmur=murmur, murmur_hash32=murmur_hash32
-    )
-
-
-class _Envs:
-    """``sglang.srt.environ.envs``: the one flag ``sampling_from_probs_torch`` reads, at its default (off)."""
-
-    class SGLANG_OPT_USE_GUMBEL_SAMPLE:  # noqa: N801
-        @staticmethod
-        def get() -> bool:
-            return False
 
 
 def _start(group: Any) -> None:
@@ -275,11 +171,11 @@ def _candidates(hidden, weight, bias, layout: ShardLayout, k: int, rows: torch.T
         batch = hidden.shape[0]
         none = torch.zeros(batch, 1, dtype=torch.int64, device=hidden.device)
         return none, torch.full((batch, 1), -math.inf, device=hidden.device), torch.zeros(batch, device=hidden.device)
-    token = _RANK.set(group)
+    token = RANK.set(group)
     try:
         return load().dflash.candidate_topk(hidden, _Head(weight, bias, layout), k, with_partition=True)
     finally:
-        _RANK.reset(token)
+        RANK.reset(token)
 
 
 def sglang_candidate_topk(
