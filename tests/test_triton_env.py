@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engines import sglang, sglang_sampling
+from engines import sglang, sglang_sampling_wheel
 from engines.vllm import dflash2_sampler, gumbel, triton_files
 from sharded import triton_env, triton_key
 
@@ -49,7 +49,7 @@ def test_the_reason_names_the_subject_and_what_is_missing(monkeypatch):
 
 
 def test_every_triton_user_takes_the_one_lock():
-    for module in (triton_key, sglang, sglang_sampling, triton_files, gumbel, dflash2_sampler):
+    for module in (triton_key, sglang, sglang_sampling_wheel, triton_files, gumbel, dflash2_sampler):
         assert module.TRITON_LOCK is triton_env.TRITON_LOCK, module.__name__
     assert not hasattr(sglang, "_LAUNCH") and not hasattr(triton_files, "LAUNCH")
     with triton_env.TRITON_LOCK, triton_env.TRITON_LOCK:  # reentrant: a launch may load its kernels first
