@@ -26,7 +26,6 @@ from properties.harness import coverage, example_db, results
 from properties.harness import settings as run_settings
 from properties.harness.fuzz_shards import shard_of
 from properties.harness.profiles import backend_budget  # importing it registers dev, ci and nightly
-from properties.harness.settings import BACKENDS, HEADS, pinned_head
 from properties.sampling.checks import noise_key_of, token_noise
 from sharded.impls import IMPL_ENV, SAMPLING_IMPL_ENV, TOPK_IMPL_ENV, load_impl
 from sharded.local_argmax import BUILTINS, DEFAULT_IMPLS
@@ -61,7 +60,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--heads",
         default=os.environ.get("TPARGMAX_HEADS", "all"),
-        choices=HEADS,
+        choices=run_settings.HEADS,
         help="which heads the cases draw: all (default), or base: only base ids are tokens, for implementations "
         "without added vocabulary (added rows still appear, beyond the logits vocabulary; env TPARGMAX_HEADS)",
     )
@@ -176,9 +175,9 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     given = config.getoption("backend") or ("sim" if device != "cpu" else "sim,gloo")
     backends = tuple(b.strip() for b in given.split(",") if b.strip())
-    unknown = set(backends) - set(BACKENDS)
+    unknown = set(backends) - set(run_settings.BACKENDS)
     if unknown or not backends:
-        raise pytest.UsageError(f"--backend: choose from {', '.join(BACKENDS)}, got {sorted(unknown)}")
+        raise pytest.UsageError(f"--backend: choose from {', '.join(run_settings.BACKENDS)}, got {sorted(unknown)}")
     job = run_settings.current().torchrun_job  # set by properties.torchrun before it starts pytest
     if "torchrun" in backends and job is None:
         raise pytest.UsageError("--backend torchrun: start the suite with torchrun -m properties.torchrun")
@@ -195,7 +194,7 @@ def pytest_configure(config: pytest.Config) -> None:
     topk_impls = _impls(config.getoption("topk_impl"), DEFAULT_TOPK_IMPLS)
     sampling_impls = _impls(config.getoption("sampling_impl"), DEFAULT_SAMPLING_IMPLS)
     try:
-        pinned = pinned_head([*impls, *topk_impls, *sampling_impls])
+        pinned = run_settings.pinned_head([*impls, *topk_impls, *sampling_impls])
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     run_settings.configure(

@@ -188,15 +188,16 @@ def _shifts(tokens: list[int], expected: list[int]) -> list[tuple[int, int, int]
     return found
 
 
-def row_source(want: Answer, row: int, tokens: torch.Tensor, impl: object = None) -> tuple[str, str] | None:
-    """(rule detail, evidence) when wrong ``row`` holds the answer of another row, None otherwise.
+def row_source(oracle: Answer, row: int, tokens: torch.Tensor, impl: object = None) -> tuple[str, str] | None:
+    """(rule detail, evidence) when wrong ``row`` holds the answer of another row (``oracle``'s tokens say whose),
+    None otherwise.
 
     The whole batch can show it: a shift ``s`` with ``tokens[i] == expected[i + s]`` on every row ``i`` that has a
     row ``i + s`` (rows shifted), or every row's answer in another order (rows swapped).  Otherwise ``impl`` run on
     the row alone can: right alone, wrong in the batch, with another row's token or the token of an all-zero hidden
     state (a row a batch was padded with)."""
-    inputs = want.inputs
-    got, want = tokens.tolist(), want.tokens.tolist()
+    inputs = oracle.inputs
+    got, want = tokens.tolist(), oracle.tokens.tolist()
     for s, lo, hi in _shifts(got, want):
         if lo <= row < hi:
             side = "after" if s > 0 else "before"
