@@ -20,6 +20,10 @@ import torch
 from hypothesis import settings
 from hypothesis._settings import is_in_ci
 
+from engines.vllm.e2e.engine import DTYPES as E2E_DTYPES
+from engines.vllm.e2e.engine import EngineSpec
+from engines.vllm.e2e.pool import EnginePool
+from engines.vllm.e2e.scenario import METHODS as E2E_METHODS
 from groups.devices import DEVICE_ENV, DEVICES, check_backend, check_device, default_device
 from groups.pool import close_all_pools
 from properties.harness import coverage, example_db, results
@@ -33,6 +37,7 @@ from sharded.local_sampling import DEFAULT_SAMPLING_IMPLS, SAMPLING_BUILTINS
 from sharded.local_top_k import DEFAULT_TOPK_IMPLS, TOPK_BUILTINS
 
 SUBJECTS = ("impl", "topk_impl", "sampling_impl")  # the fixtures that hold an implementation under test
+E2E_MODULES = ("properties/test_e2e.py", "tests/test_e2e_power.py")  # collected only with --e2e
 # Two xdist workers on two cores: one intra-op thread each keeps them from fighting.
 torch.set_num_threads(1)
 
@@ -119,6 +124,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         default=None,
         help="override the profile's examples per property (used by tpargmax fuzz for time-boxed rounds)",
+    )
+    group.addoption(
+        "--e2e",
+        action="store_true",
+        help="also collect vLLM's engine end to end (properties/test_e2e.py, tests/test_e2e_power.py): speculative "
+        "decoding with use_local_argmax_reduction on and off, in one process, in vLLM's environment (tpargmax e2e)",
+    )
+    group.addoption(
+        "--e2e-methods",
+        default=",".join(E2E_METHODS),
+        help="speculative methods the end-to-end properties run (default %(default)s)",
+    )
+    group.addoption(
+        "--e2e-dtypes",
+        default=",".join(E2E_DTYPES),
+        help="dtypes the end-to-end properties run (default %(default)s)",
     )
     group.addoption(
         "--collective-timeout",
@@ -209,7 +230,44 @@ def pytest_configure(config: pytest.Config) -> None:
         pinned=pinned,
         repro_dir=config.getoption("repro_dir"),
         listening=bool(record or statistics),
+        e2e_groups=_e2e_groups(config) if config.getoption("e2e") else (),
     )
+
+
+def _e2e_groups(config: pytest.Config) -> tuple[tuple[str, str], ...]:
+    """The end-to-end groups, (dtype, method), in the order they run; --e2e needs vLLM and one process."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise pytest.UsageError("--e2e runs vLLM's engine, which is not installed here: tpargmax install-vllm")
+    if config.getoption("numprocesses", None):
+        raise pytest.UsageError("--e2e starts engines of several GiB each: run it in one process, without -n")
+    chosen = {}
+    for option, known in (("e2e_methods", E2E_METHODS), ("e2e_dtypes", E2E_DTYPES)):
+        chosen[option] = [v.strip() for v in config.getoption(option).split(",") if v.strip()]
+        unknown = sorted(set(chosen[option]) - set(known))
+        if unknown or not chosen[option]:
+            raise pytest.UsageError(f"--{option.replace('_', '-')}: choose from {', '.join(known)}, got {unknown}")
+    return tuple(
+        (d, m) for d in E2E_DTYPES if d in chosen["e2e_dtypes"] for m in E2E_METHODS if m in chosen["e2e_methods"]
+    )
+
+
+def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
+    """The engine end to end is opt-in: without --e2e its modules are not even imported."""
+    if not config.getoption("e2e") and any(str(collection_path).endswith(m) for m in E2E_MODULES):
+        return True
+    return None
+
+
+@pytest.fixture(scope="session")
+def engine_pool():
+    """vLLM's engines of this run (--e2e): each started once, a group at a time; none outlives the run."""
+    pool = EnginePool()
+    try:
+        yield pool
+    finally:
+        pool.close()
 
 
 def _impls(option: str | None, default: tuple[str, ...]) -> tuple:
@@ -260,6 +318,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(fixture, impls, ids=[i.spec for i in impls])
     if "backend" in metafunc.fixturenames:
         metafunc.parametrize("backend", run.backends)
+    if "engine_spec" in metafunc.fixturenames:  # a speculative engine of each --e2e group
+        specs = [EngineSpec(d, m, tp, on) for d, m in run.e2e_groups for tp in (1, 2) for on in (True, False)]
+        metafunc.parametrize("engine_spec", specs, ids=[s.name for s in specs])
+    if "e2e_group" in metafunc.fixturenames:
+        metafunc.parametrize("e2e_group", run.e2e_groups, ids=[f"{m}-{d}" for d, m in run.e2e_groups])
 
 
 def read_xfails(path: str) -> list[tuple[str, str]]:
@@ -284,6 +347,14 @@ def kept_settings():
         yield run
 
 
+def _e2e_rank(item: pytest.Item, groups: tuple[tuple[str, str], ...]) -> int:
+    """Where an item's engines come in the run: the index of its (dtype, method) group; -1 without engines."""
+    params = getattr(item, "callspec", None) and item.callspec.params or {}
+    spec = params.get("engine_spec")
+    group = (spec.dtype, spec.method) if spec is not None else params.get("e2e_group")
+    return groups.index(group) if group in groups else -1
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What collection imported (torch, Hypothesis, the project) lives as long as the run: frozen, the garbage
@@ -293,6 +364,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups = run_settings.current().e2e_groups
+    if groups:  # the engines of a group are started together and closed when the next is asked for
+        items[:] = sorted(items, key=lambda item: _e2e_rank(item, groups))
     if config.getoption("only_subjects"):
         keep = [i for i in items if set(SUBJECTS) & set(getattr(i, "fixturenames", ()))]
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])

@@ -14,6 +14,8 @@ from functools import cache, lru_cache
 from hypothesis import example
 from hypothesis import strategies as st
 
+from engines.vllm.e2e.scenario import D2T_PLANS as E2E_D2T_PLANS
+from engines.vllm.e2e.scenario import NORMS, PLANTS, SIZES, Scenario
 from properties.cases.case import D2T_PLANS, DTYPES, PADDING_PLANS, SPECIAL_PLANS, SPREAD_HIDDEN, TIE_PLANS, Case
 from reference.head import padded_sizes
 
@@ -152,3 +154,26 @@ def with_edge_cases(test=None, **extra):
     for case in reversed(EDGE_CASES):
         test = example(case=case, **extra)(test)
     return test
+
+
+_PROMPT = st.lists(st.integers(0, SIZES.vocab - 1), min_size=1, max_size=12).map(tuple)
+_PROMPTS = st.lists(_PROMPT, min_size=1, max_size=4).map(tuple)
+_PLANTS = st.sets(st.sampled_from(PLANTS), max_size=3)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, *, exact: bool | None = None, aligned: bool = False) -> Scenario:
+    """An end-to-end example: a model plan (a seed, the cases planted in the heads, EAGLE3's table, the target's
+    norm) and the requests.  ``aligned`` lengths end every request on a whole proposal (one token, then
+    ``num_speculative_tokens + 1`` per step when every draft is accepted)."""
+    exact = draw(_BOOL) if exact is None else exact
+    step, planted = SIZES.num_speculative_tokens + 1, draw(_PLANTS)
+    return Scenario(
+        seed=draw(_SEED),
+        exact=exact,
+        plants=tuple(p for p in PLANTS if p in planted),
+        d2t=draw(st.sampled_from(E2E_D2T_PLANS)),
+        norm="uniform" if exact else draw(st.sampled_from(NORMS)),
+        prompts=draw(_PROMPTS),
+        max_tokens=1 + step * draw(st.integers(1, 4)) if aligned else draw(st.integers(1, 16)),
+    )

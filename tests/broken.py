@@ -119,6 +119,18 @@ def off_by_one_at_shard_start(hidden, weight, bias, layout, *, scale=1.0, soft_c
     return map_d2t(pick_pairs(values, ids - int(layout.rank > 0), group), d2t, layout)
 
 
+def ids_without_rank_offset(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """Each rank reports its base winner's row in the shard, not its global id (the rank's first id left out)."""
+    values, ids = local_best(checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap), layout)
+    return map_d2t(pick_pairs(values, torch.where(ids < layout.org_vocab, ids - layout.start, ids), group), d2t, layout)
+
+
+def d2t_applied_twice(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """The winner's target goes through d2t again wherever the table reaches it."""
+    once = vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+    return once if d2t is None else torch.where(once < len(d2t), _map_any(once, d2t, layout), once)
+
+
 def softcap_after_choosing(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
     check_scale(scale, soft_cap)
     raw, ids = token_logits(checked_shard_logits(hidden, weight, bias, layout, scale, None), layout)

@@ -150,3 +150,25 @@ def test_a_tp_invariance_failure_replays_on_the_side_that_went_wrong():
     assert (record["inputs"].tp, record["extra"]["tps"]) == (4, [2])
     with pytest.raises(PropertyFailure):
         check_tp_invariance(impl, record["inputs"], record["extra"]["tps"])
+
+
+def _numbered(impl, inputs) -> str:
+    """The rule for ``impl``'s token on ``inputs``' row 0, as the end-to-end check names a token that went wrong."""
+    want = diagnose.answer(inputs)
+    return diagnose.explain(want, 0, impl(want))[0]
+
+
+def test_a_winner_without_its_ranks_offset_is_named_for_the_offset():
+    inputs = row_of_logits([0.0, 1.0, 2.0, 5.0, 3.0, 4.0])  # the maximum, id 3, is row 0 of rank 1 (ids 3 to 5)
+    assert _numbered(lambda want: 0, inputs) == (
+        "global id without its rank's offset: draft id 3 is row 0 of rank 1, whose ids start at 3, and came back "
+        "as id 0"
+    )
+
+
+def test_a_target_mapped_through_d2t_again_is_named_d2t_twice():
+    inputs = replace(row_of_logits([0.0, 9.0, 2.0, 1.0]), d2t=torch.tensor([1, 1, 1, 0]), target_vocab=5)
+    # draft id 1 (the maximum) maps to target 2, and 2 again to 3: neither is a wrong number for id 1's row
+    assert _numbered(lambda want: 3, inputs) == (
+        "d2t applied twice: draft id 1 maps to target 2, which was mapped again, to 3"
+    )

@@ -31,15 +31,16 @@ FORBIDDEN = {
 
 # properties/'s wings, from the bottom: a case and a sampling plan (structure), then how a property fails and what
 # the oracle answers, then the harness that runs ranks and budgets a run, then the argmax and top-k checks, the
-# sampling checks, and the repro files every property writes and reads.  A wing imports only its own floor and
-# those below; the modules at the top of properties/ (the test files, strategies, the replay and torchrun
-# commands) may import any.
+# sampling checks, vLLM's engine end to end, and the repro files every property writes and reads.  A wing imports
+# only its own floor and those below; the modules at the top of properties/ (the test files, strategies, the replay
+# and torchrun commands) may import any.
 WINGS = (
     ("properties.cases",),
     ("properties.failures", "properties.oracle"),
     ("properties.harness",),
     ("properties.argmax",),
     ("properties.sampling",),
+    ("properties.e2e",),
     ("properties.repro",),
 )
 

@@ -54,6 +54,8 @@ CATCHES = [
     (eq.test_token_exact, "key_without_zero_canon", "[signed zero:"),
     (eq.test_token_exact, "key_without_nan_canon", "[NaN not treated as the maximum"),
     (eq.test_token_exact, "d2t_skipped", "[d2t mapping skipped"),
+    (eq.test_token_exact, "ids_without_rank_offset", "[global id without its rank's offset: draft id "),
+    (eq.test_token_exact, "d2t_applied_twice", "[d2t applied twice: draft id "),
     (eq.test_token_exact, "last_rank_skips_the_exchange", "rank(s) [0] waited in all_gather"),
     (eq.test_token_exact, "rank_one_raises", "raised on valid input: RuntimeError: rank 1 lost its shard"),
     (errors.test_rejects_bad_input, "scale_sign_ignored", "bad input accepted"),

@@ -139,6 +139,22 @@ def build_parser() -> argparse.ArgumentParser:
     tpu.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     tpu.set_defaults(run=lambda args: _lazy("tpargmax.install_tpu_inference", "install_tpu_inference")(args))
 
+    e2e = commands.add_parser(
+        "e2e",
+        help=f"vLLM {VLLM_VERSION}'s engine end to end: speculative decoding with use_local_argmax_reduction on and "
+        "off, at tp 1 and 2 (needs tpargmax install-vllm)",
+    )
+    e2e.add_argument("--methods", default="eagle3,eagle,draft_model", help="speculative methods (default %(default)s)")
+    e2e.add_argument("--dtypes", default="float32,bfloat16", help="dtypes (default %(default)s)")
+    e2e.add_argument("--examples", type=_positive, help="examples per property and engine (default: 8, ci's)")
+    e2e.add_argument("--profile", default="ci", help="Hypothesis profile (default %(default)s; nightly: database on)")
+    e2e.add_argument(
+        "--repro-dir", default=f"repro/vllm-{VLLM_VERSION}", help="failures go to its e2e/ folder (default %(default)s)"
+    )
+    e2e.add_argument("--self-test", action="store_true", help="also show each property failing on a broken local path")
+    e2e.add_argument("pytest_args", nargs=argparse.REMAINDER, help="what follows -- goes to pytest as it is")
+    e2e.set_defaults(run=lambda args: _lazy("tpargmax.e2e", "e2e")(args))
+
     rpt = commands.add_parser(
         "report",
         help="every implementation (built-ins, engine variants, vLLM's layer and model classes) "

@@ -84,6 +84,25 @@ def non_token_rule(inputs: Inputs, got: int) -> str | None:
     return f"returned id out of range: {got} is no row of the head"
 
 
+def _misplaced_winner(inputs: Inputs, logits: torch.Tensor, first: int, got: int, targets: torch.Tensor) -> str | None:
+    """The rule when ``got`` is a winner numbered wrong: the row in its shard of an id holding the maximum, without
+    the rank's first id, or the winner's target mapped through d2t a second time; None if it is neither."""
+    best = torch.isnan(logits) if bool(torch.isnan(logits[first])) else logits == logits[first]
+    for token in best.nonzero().flatten()[:64].tolist():
+        lay = owner(inputs, token)
+        local = lay.row_of(token)
+        if lay.start and local is not None and local < len(targets) and int(targets[local]) == got:
+            mapped = "" if inputs.d2t is None else f", which d2t maps to {got}"
+            return (
+                f"global id without its rank's offset: draft id {token} is row {local} of rank {lay.rank}, whose ids "
+                f"start at {lay.start}, and came back as id {local}{mapped}"
+            )
+    once = int(targets[first])
+    if inputs.d2t is not None and once < len(targets) and got == int(targets[once]) != once:
+        return f"d2t applied twice: draft id {first} maps to target {once}, which was mapped again, to {got}"
+    return None
+
+
 def _misplaced_added(inputs: Inputs, logits: torch.Tensor, first: int, got: int) -> int | None:
     """A maximal added id that a rank numbering its rows contiguously (from ``start``, or from ``rank * size``)
     would report as ``got``; the values prove it holds the row's maximum."""
@@ -117,6 +136,10 @@ def explain(
     if inputs.d2t is not None and got == first != int(targets[first]) and not tied:
         lines.append(f"row {row}: got token {got}")
         return f"d2t mapping skipped: returned draft id {first} instead of target {int(targets[first])}", lines
+    misplaced = None if tied else _misplaced_winner(inputs, logits, first, got, targets)
+    if misplaced is not None:
+        lines.append(f"row {row}: got token {got}")
+        return misplaced, lines
     added = None if inputs.d2t is not None or tied else _misplaced_added(inputs, logits, first, got)
     if added is not None:
         lines.append(f"row {row}: got token {got}; added id {added} holds the maximum too")

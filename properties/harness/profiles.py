@@ -32,6 +32,7 @@ from hypothesis import HealthCheck, settings
 
 from properties.harness.example_db import example_database
 
+E2E_SHARE = 0.01  # vLLM's engine end to end (--e2e): an example reloads an engine's weights and generates (0.2 to 4 s)
 CI_EXAMPLES = 800  # 300 from issue 31 to 39 (360 from 18 to 30); 240 missed tests.broken:inf_ties_by_rank
 BACKEND_SHARE = {"sim": 1.0, "gloo": 1 / 16, "torchrun": 1 / 16}  # 50 of 800: 1/6 of 300 before
 PROCESS_GROUPS = ("gloo", "torchrun")
@@ -57,6 +58,8 @@ PROPERTY_SHARE = {
     "test_top1_is_the_argmax_token": 0.25,
     # every example is the same situation (each row all -inf, d2t shifting id 0): sizes and tp vary, little else
     "test_all_neg_inf_row_with_offset_d2t": 0.25,
+    # vLLM's engine end to end, on one to four engines an example: 8 examples per engine and property under ci
+    **dict.fromkeys(("test_draft_tokens", "test_lossless", "test_same_drafts", "test_exact_acceptance"), E2E_SHARE),
 }
 # Sampling: every rank merges every row, and the oracle draws noise over the whole vocabulary, so an example costs
 # five to ten argmax examples, and the search for a wrong token runs on the argmax properties' cases.  The samplers'

@@ -24,12 +24,13 @@ def failure(exc: BaseException, repro_file: str | None) -> dict[str, Any]:
     cut = next((i for i, line in enumerate(lines) if line.strip().lower().startswith("traceback")), len(lines))
     lines = lines[:cut]  # a rank's traceback stays in pytest's report
     repro = getattr(exc, "repro", None)
-    inputs = repro["inputs"] if repro else None
+    e2e = bool(repro) and repro.get("kind") == "e2e"  # an engine's end to end: a scenario, replayed from its file
+    case = repr(repro["inputs"].case) if repro and not e2e else str(repro["scenario"]) if e2e else None
     return {
         "rule": repro["rule"] if repro else _short(f"{type(exc).__name__}: {lines[0]}"),
         "property": repro["property"] if repro else None,
-        "case": repr(inputs.case) if repro else None,
-        "replay": recorded_replay(repro) if repro else None,
+        "case": case,
+        "replay": f"tpargmax repro {repro_file}" if e2e else recorded_replay(repro) if repro else None,
         "repro_file": repro_file,
         "details": [line.strip() for line in lines[1:] if not line.strip().startswith(("case:", "replay:"))][:8],
     }

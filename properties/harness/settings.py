@@ -37,6 +37,7 @@ class Settings:
     torchrun_job: Any = None  # the TorchrunJob when properties.torchrun runs this process as rank 0
     repro_dir: str = "repro"
     listening: bool = False  # case features as events: statistics shown, or examples recorded (tpargmax coverage)
+    e2e_groups: tuple[tuple[str, str], ...] = ()  # (dtype, method) of vLLM's engine end to end (--e2e), in run order
 
 
 _CURRENT: ContextVar[Settings] = ContextVar("tpargmax_settings", default=Settings())  # noqa: B039 - frozen

@@ -27,6 +27,7 @@ from properties.argmax import checks, top_k
 from properties.cases.case import TENSORS, Inputs
 from properties.cases.plans import plan_from_fields
 from properties.failures import replay_backend
+from properties.repro import e2e_records
 from properties.repro.reader import FORMAT, read_record
 from properties.sampling import checks as sampling
 from properties.sampling import distribution, own_randomness
@@ -43,7 +44,10 @@ def _encode(t: torch.Tensor) -> dict[str, Any]:
 
 
 def write(directory: str | Path, repro: dict[str, Any], blob: str | None = None, test: str = "property") -> Path:
-    """Write one failure (``PropertyFailure.repro``) as ``DIR/<test>-<impl>-<backend>-<digest>.json``."""
+    """Write one failure (``PropertyFailure.repro``) as ``DIR/<test>-<impl>-<backend>-<digest>.json`` (an engine's
+    end to end: under ``DIR/e2e/``, in its own format)."""
+    if repro.get("kind") == "e2e":
+        return e2e_records.write(directory, repro, blob, test)
     inputs: Inputs = repro["inputs"]
     tensors = {name: getattr(inputs, name).cpu() for name in TENSORS if getattr(inputs, name) is not None}
     record = {

@@ -1,0 +1,138 @@
+"""The probe inside every vLLM worker (``worker_extension_cls``): what the engine handed the draft's head, and what
+came back, at every call; the weights of the next example; a broken local path, for the project's own tests.
+
+vLLM mixes :class:`Probe` into its worker class and the host calls its methods by name through ``collective_rpc``
+(strings and paths only: no code travels).  It runs in vLLM's processes, so it imports vLLM, lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Any
+
+import torch
+
+PLANTS_MODULE = "tests.broken_engine"  # the broken local paths the project's tests plant, by name
+
+
+class Probe:
+    """Methods vLLM adds to its worker; state lives in attributes prefixed ``_tpargmax``."""
+
+    def tpargmax_install(self) -> dict[str, Any]:
+        """Wrap the drafter's greedy sampling and proposal to record every call; describe the draft's head."""
+        runner = self.model_runner
+        drafter = getattr(runner, "drafter", None)
+        self._tpargmax_steps: list[dict[str, Any]] = []
+        self._tpargmax_verified: list[dict[str, list[int]]] = []
+        self._tpargmax_undo: list[tuple[object, str, object]] = []
+        if drafter is None:
+            return {"rank": self.rank, "drafter": None}
+        greedy, propose, execute = drafter._greedy_sample, drafter.propose, runner.execute_model
+
+        def recorded_execute(scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+            spec = scheduler_output.scheduled_spec_decode_tokens
+            if spec:  # what the target verifies this step, by request (-1: a placeholder no proposal filled)
+                self._tpargmax_verified.append({r: list(t) for r, t in spec.items()})
+            return execute(scheduler_output, *args, **kwargs)
+
+        def recorded_greedy(hidden_states: torch.Tensor) -> torch.Tensor:
+            tokens = greedy(hidden_states)
+            if self._tpargmax_steps:
+                self._tpargmax_steps[-1]["calls"].append((hidden_states.detach().clone(), tokens.detach().clone()))
+            return tokens
+
+        def recorded_propose(*args: Any, **kwargs: Any) -> torch.Tensor:
+            step: dict[str, Any] = {"calls": []}
+            self._tpargmax_steps.append(step)
+            drafts = propose(*args, **kwargs)
+            step["drafts"] = drafts.detach().clone()
+            step["req_ids"] = list(runner.input_batch.req_ids[: drafts.shape[0]])
+            return drafts
+
+        drafter._greedy_sample, drafter.propose, runner.execute_model = (
+            recorded_greedy,
+            recorded_propose,
+            recorded_execute,
+        )
+        return {"rank": self.rank, **self._tpargmax_head_info()}
+
+    def _tpargmax_head_info(self) -> dict[str, Any]:
+        drafter = self.model_runner.drafter
+        model = drafter.model
+        head, processor = model.lm_head, model.logits_processor
+        s = head.shard_indices
+        return {
+            "drafter": type(drafter).__name__,
+            "model": type(model).__name__,
+            "switch": bool(drafter.use_local_argmax_reduction),
+            "tp": head.tp_size,
+            "org_vocab": head.org_vocab_size,
+            "rows_per_rank": int(head.weight.shape[0]),
+            "start": s.org_vocab_start_index,
+            "padding": s.num_org_vocab_padding,
+            "logits_vocab": processor.org_vocab_size,
+            "scale": float(processor.scale),
+            "soft_cap": None if processor.soft_cap is None else float(processor.soft_cap),
+            "target_vocab": self.model_runner.model_config.get_vocab_size(),
+            "dtype": str(head.weight.dtype).removeprefix("torch."),
+        }
+
+    def tpargmax_load(self, target: str, draft: str | None) -> None:
+        """Load an example's tensors into the target (and the draft) in place, then redo what vLLM derives from
+        them after loading (the CPU head's oneDNN handle)."""
+        from safetensors.torch import load_file
+        from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+        runner = self.model_runner
+        models = [(runner.model, target)]
+        if draft is not None:
+            models.append((runner.drafter.model, draft))
+        for model, path in models:
+            model.load_weights(load_file(path).items())
+        for model, _ in models:
+            for module in model.modules():
+                if isinstance(module, VocabParallelEmbedding):
+                    module.quant_method.process_weights_after_loading(module)
+
+    def tpargmax_take(self, path: str) -> int:
+        """Write what the probe recorded since the last take (and the draft's head as it is now) to ``path`` with
+        this rank's number in it; forget it; return the number of steps."""
+        from safetensors.torch import save_file
+
+        tensors: dict[str, torch.Tensor] = {}
+        steps = []
+        model = self.model_runner.drafter.model
+        tensors["head"] = model.lm_head.weight.detach().clone()
+        d2t = getattr(model, "draft_id_to_target_id", None)
+        if d2t is not None:
+            tensors["d2t"] = d2t.detach().clone()
+        for s, step in enumerate(self._tpargmax_steps):
+            if "drafts" not in step:  # a proposal that raised: the host reports the error
+                continue
+            tensors[f"step{s}.drafts"] = step["drafts"]
+            for c, (hidden, tokens) in enumerate(step["calls"]):
+                tensors[f"step{s}.call{c}.hidden"], tensors[f"step{s}.call{c}.tokens"] = hidden, tokens
+            steps.append({"step": s, "req_ids": step["req_ids"], "calls": len(step["calls"])})
+        meta = {"steps": steps, "verified": self._tpargmax_verified, "head": self._tpargmax_head_info()}
+        save_file(
+            {k: v.contiguous() for k, v in tensors.items()}, path.format(rank=self.rank), {"probe": json.dumps(meta)}
+        )
+        self._tpargmax_steps.clear()
+        self._tpargmax_verified.clear()
+        return len(steps)
+
+    def tpargmax_plant(self, name: str | None) -> str | None:
+        """Put the named broken local path into this worker (None: take back every plant); returns what it did."""
+        while self._tpargmax_undo:
+            owner, attr, original = self._tpargmax_undo.pop()
+            setattr(owner, attr, original)
+        if name is None:
+            return None
+        plants = importlib.import_module(PLANTS_MODULE).PLANTS
+        if name not in plants:
+            raise ValueError(f"no planted bug named {name!r}; known: {sorted(plants)}")
+        owner, attr, broken = plants[name]()
+        self._tpargmax_undo.append((owner, attr, getattr(owner, attr)))
+        setattr(owner, attr, broken)
+        return f"{owner.__name__}.{attr}"

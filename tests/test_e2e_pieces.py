@@ -1,0 +1,355 @@
+"""vLLM's engine end to end, the pieces that need no vLLM: the models' exactness, the engine driver's timeouts and
+clean-up (on a stand-in host), the checks on recorded runs, the repro files, and the command without vLLM."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from engines.vllm.e2e import checkpoints
+from engines.vllm.e2e.engine import Engine, EngineFailed, EngineSpec, Generated
+from engines.vllm.e2e.pool import EnginePool, group_of
+from engines.vllm.e2e.scenario import METHODS, PLANTS, SIZES, Scenario
+from properties.e2e import checks
+from properties.e2e.probe import Drafting, ProbeMismatch
+from properties.failures import PropertyFailure
+from properties.oracle import answer
+from properties.repro import e2e_records
+from tests.suite import process_state
+
+EXACT = [
+    Scenario(seed=s, exact=True, plants=p, d2t=d, norm="uniform", prompts=((1, 2),), max_tokens=5)
+    for s, p, d in [(0, (), "spread"), (1, PLANTS[:3], "prefix"), (2, PLANTS[3:], "suffix"), (3, PLANTS[:2], "spread")]
+]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def rms(x: torch.Tensor, weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """vLLM's RMSNorm as its CPU kernel computes it: in float32, the result in the model's dtype."""
+    x = x.to(dtype).float()
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.to(dtype).float()).to(dtype)
+
+
+def next_tokens(scenario: Scenario, method: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's next token after every token, and the draft's prediction of it, by the models' arithmetic."""
+    plan = checkpoints.plan_tensors(scenario, method)
+    target, draft = plan["target"], plan["draft"]
+    embed = target["model.embed_tokens.weight"]
+    hidden = rms(embed, target["model.norm.weight"], dtype)
+    want = F.linear(hidden, target["lm_head.weight"].to(dtype)).argmax(-1)
+    if method == "eagle3":  # its own position's normalised embedding, normalised again, then its scaled head
+        again = rms(rms(embed, torch.ones(SIZES.hidden), dtype), draft["norm.weight"], dtype)
+        logits = F.linear(again, draft["lm_head.weight"].to(dtype)) * checkpoints.EAGLE3_LOGIT_SCALE
+        top = logits.argmax(-1)
+        return want, top + draft["d2t"][top]
+    if method == "eagle":  # fc copies the embedding; the target's head, shared
+        return want, F.linear(embed.to(dtype), target["lm_head.weight"].to(dtype)).argmax(-1)
+    hidden = rms(draft["model.embed_tokens.weight"], draft["model.norm.weight"], dtype)
+    return want, F.linear(hidden, draft["lm_head.weight"].to(dtype)).argmax(-1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", METHODS)
+def test_an_exact_draft_predicts_every_next_token_of_its_target(method, dtype):
+    for scenario in EXACT:
+        want, got = next_tokens(scenario, method, DTYPES[dtype])
+        assert torch.equal(want, got), (scenario, (want != got).nonzero().flatten().tolist())
+
+
+def test_eagle3s_target_never_leaves_the_drafts_vocabulary():
+    for scenario in EXACT + [replace(EXACT[0], exact=False, norm="varied")]:
+        want, _ = next_tokens(scenario, "eagle3", torch.float32)
+        assert bool(torch.isin(want, checkpoints.d2t_targets(scenario)).all()), scenario
+
+
+def test_eagle3s_attention_scores_its_own_position_highest_by_a_margin():
+    """The keys and queries the layer makes of feature 0, rotated as vLLM's neox RoPE rotates them."""
+    layer = checkpoints.own_position_attention("m")
+    feature = checkpoints.embeddings(checkpoints.START)[0]
+    x = torch.cat([rms(feature, torch.ones(SIZES.hidden), torch.float32), torch.zeros(SIZES.hidden)])
+    q, k = (layer[f"m.self_attn.{p}_proj.weight"] @ x for p in "qk")
+    half = SIZES.head_dim // 2
+    theta = checkpoints.ROPE_THETA ** (-torch.arange(half).double() * 2 / SIZES.head_dim)
+    q0, k0 = q[:half].double(), k[:half].double()  # head 0; every head is alike
+    distance = torch.arange(SIZES.max_len).double()[:, None]
+    scores = (q0 * k0 * torch.cos(theta * distance)).sum(1) / SIZES.head_dim**0.5  # attention's scale
+    gap = float(scores[0] - scores[1:].max())
+    assert gap > 0.5 * checkpoints.SCORE_PER_PAIR, gap  # exp(-gap) is 0 in float32: the softmax is one-hot
+    value = layer["m.self_attn.o_proj.weight"] @ (layer["m.self_attn.v_proj.weight"] @ x)
+    assert torch.equal(value, x[: SIZES.hidden])  # and what it attends to is copied exactly
+
+
+def test_every_head_row_has_one_weight_a_power_of_two():
+    plan = checkpoints.plan_tensors(replace(EXACT[0], exact=False, norm="varied"), "draft_model")
+    for head in (plan["target"]["lm_head.weight"], plan["draft"]["lm_head.weight"]):
+        nonzero = head.ne(0).sum(1)
+        assert int(nonzero.max()) == 1
+        values = head[head.ne(0)].abs()
+        assert torch.equal(values.log2(), values.log2().round())
+
+
+def test_the_models_written_are_what_the_engine_loads(tmp_path):
+    made = checkpoints.write_models(tmp_path, "eagle3")
+    draft = json.loads((made["draft"] / "config.json").read_text())
+    assert draft["architectures"] == ["LlamaForCausalLMEagle3"] and draft["draft_vocab_size"] == SIZES.draft_vocab
+    with safe_open(str(made["draft"] / "model.safetensors"), "pt") as f:
+        assert {"d2t", "lm_head.weight", "fc.weight", "midlayer.hidden_norm.weight"} <= set(f.keys())
+    plan = checkpoints.write_plan(tmp_path / "plan", EXACT[1], "eagle")
+    assert set(plan) == {"target"}  # EAGLE's draft shares the target's head and embedding: nothing of its own
+
+
+def wait_gone(pid: int, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        state = process_state(pid)
+        if state is None or state[0] == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def fake_host(monkeypatch, tmp_path):
+    """The stand-in host, in a mode; the pid file of the worker it starts."""
+    pid_file = tmp_path / "worker.pid"
+    monkeypatch.setenv("TPARGMAX_FAKE_WORKER_PID", str(pid_file))
+
+    def mode(how: str) -> Path:
+        monkeypatch.setenv("TPARGMAX_FAKE_HOST", how)
+        return pid_file
+
+    return mode
+
+
+TARGET = EngineSpec("float32", None, 1)
+
+
+def test_an_engine_answers_and_leaves_no_process_behind(fake_host):
+    pid_file = fake_host("serve")
+    engine = Engine(TARGET, host="tests.fake_engine_host")
+    run = engine.run(EXACT[0], target_of="eagle3")
+    assert run.outputs == [[1, 2]] and run.records is None
+    engine.close()
+    assert wait_gone(int(pid_file.read_text())), "the engine's worker outlived it"
+    assert not engine.dir.exists()
+
+
+@pytest.mark.parametrize(
+    "how, setting, words",
+    [
+        ("hang", "TPARGMAX_E2E_START_TIMEOUT", "gave no answer to start within 1 s (TPARGMAX_E2E_START_TIMEOUT)"),
+        ("die", None, "ended during start (exit status 3)"),
+        ("hang_generate", "TPARGMAX_E2E_CALL_TIMEOUT", "gave no answer to generate within 1 s"),
+    ],
+)
+def test_a_stuck_or_dead_engine_is_a_clear_failure_and_ends_with_its_workers(
+    fake_host, monkeypatch, how, setting, words
+):
+    pid_file = fake_host(how)
+    if setting:
+        monkeypatch.setenv(setting, "1")
+    with pytest.raises(EngineFailed) as failed:
+        Engine(TARGET, host="tests.fake_engine_host").run(EXACT[0])
+    message = str(failed.value)
+    assert f"vLLM engine {TARGET.name} {words}" in message
+    assert "| fake engine: starting" in message  # the end of its log comes with it
+    assert wait_gone(int(pid_file.read_text())), "the engine's worker outlived it"
+
+
+def test_the_pool_starts_a_group_together_and_closes_it_for_the_next(fake_host):
+    fake_host("serve")
+    pool = EnginePool(host="tests.fake_engine_host")
+    try:
+        first = group_of("float32", "eagle3")
+        pool.get(first[0], first)
+        pool.get(first[5], first)
+        second = group_of("float32", "eagle")
+        pool.get(second[0], second)
+        assert set(pool.starts) == set(first) | set(second)
+        assert all(n == 1 for n in pool.starts.values())  # the targets without speculation serve both groups
+    finally:
+        pool.close()
+
+
+# -- the checks, on a run recorded by hand: what a probe in vLLM's workers writes --------------------------------
+
+
+def recorded(tmp_path: Path, tokens_of=None, *, outputs=None, counters=None) -> Generated:
+    """An EAGLE3 run at tp 2 of one step of three calls on two rows, written as the probe writes it; the tokens
+    are the oracle's unless ``tokens_of(inputs, want)`` says otherwise."""
+    scenario = Scenario(seed=7, exact=True, plants=("ties_across_ranks",), d2t="suffix", norm="uniform",
+                        prompts=((3, 4), (5,)), max_tokens=5)  # fmt: skip
+    plan = checkpoints.plan_tensors(scenario, "eagle3")["draft"]
+    padded = torch.cat([plan["lm_head.weight"], torch.zeros(256 - SIZES.draft_vocab, SIZES.hidden)])
+    hidden = checkpoints.embeddings(scenario)[[10, 20]]
+    head = {"tp": 2, "org_vocab": SIZES.draft_vocab, "logits_vocab": SIZES.draft_vocab, "dtype": "float32",
+            "scale": checkpoints.EAGLE3_LOGIT_SCALE, "soft_cap": None, "target_vocab": SIZES.vocab}  # fmt: skip
+    meta = {"steps": [{"step": 0, "req_ids": ["0-a", "1-b"], "calls": 3}], "verified": [{"0-a": [-1, -1, -1]}]}
+    paths = [tmp_path / f"rank{r}.safetensors" for r in range(2)]
+    tmp_path.mkdir(parents=True, exist_ok=True)
+
+    def write(drafts: torch.Tensor) -> None:
+        for r, path in enumerate(paths):
+            tensors = {"head": padded[128 * r : 128 * (r + 1)], "d2t": plan["d2t"], "step0.drafts": drafts}
+            for c in range(3):
+                tensors |= {f"step0.call{c}.hidden": hidden * (c + 1), f"step0.call{c}.tokens": drafts[:, c]}
+            probe = {**meta, "head": {**head, "start": 128 * r, "rows_per_rank": 128}}
+            save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), {"probe": json.dumps(probe)})
+
+    write(torch.zeros(2, 3, dtype=torch.int64))
+    run = Generated(
+        EngineSpec("float32", "eagle3", 2, True),
+        scenario,
+        outputs or [[9, 9, 9, 9, 9], [8, 8, 8, 8, 8]],
+        ["0", "1"],
+        counters or {"drafts": 1, "draft_tokens": 3, "accepted": 0},
+        paths,
+        1.0,
+    )
+    drafting = Drafting(run)
+    columns = []
+    for call in drafting.calls:
+        inputs = drafting.inputs(call)
+        want = answer(inputs).tokens
+        columns.append(want if tokens_of is None else tokens_of(inputs, want))
+    write(torch.stack(columns, dim=1))
+    return run
+
+
+def test_the_oracles_draft_tokens_pass(tmp_path):
+    checks.check_draft_tokens(recorded(tmp_path))
+
+
+def test_a_winner_without_its_ranks_offset_is_named(tmp_path):
+    def without_offset(inputs, want):
+        draft = (want - inputs.d2t[0]).clone()  # suffix: one offset for every id
+        return torch.where(draft >= 128, draft - 128, draft) + inputs.d2t[0]
+
+    with pytest.raises(PropertyFailure) as failed:
+        checks.check_draft_tokens(recorded(tmp_path, without_offset))
+    assert str(failed.value).startswith("[global id without its rank's offset: draft id ")
+
+
+def test_a_draft_token_outside_the_target_vocabulary_breaks_the_contract(tmp_path):
+    with pytest.raises(PropertyFailure) as failed:
+        checks.check_draft_tokens(recorded(tmp_path, lambda inputs, want: want * 0 + SIZES.vocab))
+    assert f"property: {checks.DRAFT_TARGETS}" in str(failed.value)
+
+
+def test_a_head_layout_other_than_the_suites_is_not_a_verdict(tmp_path):
+    run = recorded(tmp_path)
+    path = run.records[1]
+    with safe_open(str(path), "pt") as f:
+        meta, tensors = json.loads(f.metadata()["probe"]), {k: f.get_tensor(k) for k in f.keys()}
+    meta["head"]["start"] = 100
+    save_file(tensors, str(path), {"probe": json.dumps(meta)})
+    with pytest.raises(ProbeMismatch, match="the suite's layout says 128"):
+        checks.check_draft_tokens(run)
+
+
+def test_placeholders_are_left_out_of_the_acceptance_and_a_rejection_is_named(tmp_path):
+    ok = {"drafts": 2, "draft_tokens": 6, "accepted": 3}  # 3 placeholders in the record
+    checks.check_exact_acceptance(recorded(tmp_path, counters=ok))
+    with pytest.raises(PropertyFailure, match=r"2 accepted of 6 draft tokens, 3 of them placeholders"):
+        checks.check_exact_acceptance(recorded(tmp_path, counters={**ok, "accepted": 2}))
+
+
+def test_lossless_and_same_drafts_name_what_differs(tmp_path):
+    run = recorded(tmp_path)
+    with pytest.raises(PropertyFailure, match=r"prompt 1, token 2: 8 with speculation, 7 without"):
+        checks.check_lossless(run, replace(run, outputs=[run.outputs[0], [8, 8, 7, 8, 8]]))
+    other = recorded(tmp_path / "other", lambda inputs, want: want.flip(0))
+    with pytest.raises(PropertyFailure) as failed:
+        checks.check_same_drafts([run, other])
+    assert str(failed.value).startswith("[draft tokens differ between engines]")
+    assert ", draft position 0: drafted " in str(failed.value)  # the oracle names the engine that went wrong
+
+
+# -- repro files ------------------------------------------------------------------------------------------------
+
+
+def failure_of(tmp_path: Path) -> dict:
+    with pytest.raises(PropertyFailure) as failed:
+        checks.check_draft_tokens(recorded(tmp_path, lambda inputs, want: want.flip(0)))
+    return failed.value.repro
+
+
+def test_an_end_to_end_failure_writes_a_record_that_reads_back(tmp_path):
+    path = e2e_records.write(tmp_path, failure_of(tmp_path), None, "test_draft_tokens")
+    assert path.parent == tmp_path / "e2e"
+    record, scenario, specs, plant = e2e_records.read(path)
+    assert specs == [EngineSpec("float32", "eagle3", 2, True)] and plant is None
+    assert scenario.plants == ("ties_across_ranks",) and record["property"] == checks.DRAFT_ORACLE
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda r: r.update(property="x"), "'property' must be one of"),
+        (lambda r: r.update(engines=[]), "'engines' must list 1 engine(s)"),
+        (lambda r: r["engines"][0].update(tp=3), "EngineSpec: dtype in"),
+        (lambda r: r["engines"][0].update(switch="yes"), "an engine's tp is an int and its switch true or false"),
+        (lambda r: r["scenario"].update(max_tokens=10**6), "Scenario field 'max_tokens' must be an int in"),
+        (lambda r: r["scenario"].update(prompts=[[300]]), "Scenario field 'prompts' must be"),
+        (lambda r: r["scenario"].pop("seed"), "a scenario is an object with exactly the fields"),
+        (lambda r: r.update(plant="os.system('x')"), "'plant' must be null or a planted bug's name"),
+        (lambda r: r.update(format="tpargmax-repro/2"), "not a tpargmax-e2e-repro/1 file"),
+    ],
+)
+def test_a_damaged_record_is_refused_in_one_line(tmp_path, change, words):
+    path = e2e_records.write(tmp_path, failure_of(tmp_path), None, "test_draft_tokens")
+    record = json.loads(path.read_text())
+    change(record)
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")) as refused:
+        e2e_records.read(path)
+    assert "\n" not in str(refused.value)
+
+
+def without_vllm(monkeypatch) -> None:
+    import importlib.util
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else found(name, *a))
+
+
+def test_replaying_a_record_without_vllm_exits_2_in_one_line(tmp_path, monkeypatch, capsys):
+    from tpargmax.cli import main
+
+    path = e2e_records.write(tmp_path, failure_of(tmp_path), None, "test_draft_tokens")
+    without_vllm(monkeypatch)
+    assert main(["repro", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == f"tpargmax repro: {path}: it runs vLLM 0.32.0's engine, which is not installed here: tpargmax install-vllm"
+    )
+
+
+def test_the_command_without_vllm_exits_2_in_one_line(monkeypatch, capsys):
+    from tpargmax.cli import main
+
+    without_vllm(monkeypatch)
+    assert main(["e2e"]) == 2
+    assert (
+        capsys.readouterr().err.strip() == "tpargmax e2e: needs vLLM 0.32.0 in this environment: tpargmax install-vllm"
+    )
+
+
+def test_the_command_runs_the_properties_in_one_process():
+    from tpargmax.e2e import command
+
+    args = SimpleNamespace(profile="ci", repro_dir="r", methods="eagle", dtypes="bfloat16", examples=3,
+                           self_test=True, pytest_args=["--", "-x"])  # fmt: skip
+    cmd = command(args)
+    assert cmd[cmd.index("--max-examples") + 1] == "300" and "-p" in cmd and cmd[cmd.index("-p") + 1] == "no:xdist"
+    assert cmd[-3:] == ["properties/test_e2e.py", "tests/test_e2e_power.py", "-x"]

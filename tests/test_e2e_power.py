@@ -1,0 +1,85 @@
+"""The end-to-end properties fail, for their own rule, on vLLM's engine with a broken local path in every worker.
+
+Collected only with ``--e2e`` (``tpargmax e2e --self-test``), in vLLM's environment.  Each case plants one bug of
+``tests/broken_engine.py`` into every worker of the engines a property uses, runs the property exactly as the suite
+does (the same test function, strategy and ``ci`` budget, without shrinking) and takes the bug back out.  The lossless
+property must still hold on every one of them: a wrong draft token is only rejected, which is why the others exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from engines.vllm.e2e.engine import EngineSpec
+from engines.vllm.e2e.pool import EnginePool, group_of
+from properties import test_e2e as e2e
+from properties.failures import PropertyFailure
+from properties.harness.profiles import backend_budget, running_with
+from tests.suite import FIND_ONLY
+
+DTYPE, METHOD = "float32", "eagle3"
+ON = {tp: EngineSpec(DTYPE, METHOD, tp, True) for tp in (1, 2)}
+GROUP = (DTYPE, METHOD)
+OFFSET = "[global id without its rank's offset: draft id "
+DIFFER = "[draft tokens differ between engines]"
+REJECTED = "[a draft token that predicts the target exactly was rejected]"
+# (planted bug, property, its engine or group, the words its failure must start with)
+CATCHES = [
+    ("ids_without_rank_offset", e2e.test_draft_tokens, {"engine_spec": ON[2]}, OFFSET),
+    ("ids_without_rank_offset", e2e.test_same_drafts, {"e2e_group": GROUP}, DIFFER),
+    ("ids_without_rank_offset", e2e.test_exact_acceptance, {"engine_spec": ON[2]}, REJECTED),
+    ("ties_to_highest_rank", e2e.test_draft_tokens, {"engine_spec": ON[2]}, "[tie across ranks resolved to the higher"),
+    ("ties_to_highest_rank", e2e.test_same_drafts, {"e2e_group": GROUP}, DIFFER),
+    ("d2t_applied_twice", e2e.test_draft_tokens, {"engine_spec": ON[1]}, "[d2t applied twice: draft id "),
+    ("d2t_applied_twice", e2e.test_draft_tokens, {"engine_spec": ON[2]}, "[d2t applied twice: draft id "),
+    ("d2t_applied_twice", e2e.test_same_drafts, {"e2e_group": GROUP}, DIFFER),
+    ("d2t_applied_twice", e2e.test_exact_acceptance, {"engine_spec": ON[1]}, REJECTED),
+]
+UNSEEN = [(plant, ON[2]) for plant in ("ids_without_rank_offset", "ties_to_highest_rank", "d2t_applied_twice")]
+
+
+@contextmanager
+def planted(pool: EnginePool, plant: str) -> Iterator[None]:
+    """``plant`` in every worker of the group's engines, and out again after."""
+    engines = [pool.get(spec, group_of(*GROUP)) for spec in group_of(*GROUP)]
+    try:
+        for engine in engines:
+            engine.plant(plant)
+        yield
+    finally:
+        for engine in engines:
+            engine.plant(None)
+
+
+def failure(prop, pool: EnginePool, plant: str, **given: object) -> str:
+    """Run ``prop`` as the suite would, with ``plant`` in the workers; the message it failed with, or ''."""
+    with planted(pool, plant), running_with(prop, FIND_ONLY), backend_budget(prop, None):
+        try:
+            prop(engine_pool=pool, **given)
+        except PropertyFailure as exc:
+            return str(exc)
+    return ""
+
+
+def _id(given: dict[str, object]) -> str:
+    spec = given.get("engine_spec")
+    return spec.name if isinstance(spec, EngineSpec) else "-".join(reversed(given["e2e_group"]))
+
+
+@pytest.mark.parametrize(
+    "plant, prop, given, words", CATCHES, ids=[f"{p}-{f.__name__}-{_id(g)}" for p, f, g, _ in CATCHES]
+)
+def test_an_end_to_end_property_fails_on_a_broken_local_path(engine_pool, plant, prop, given, words):
+    message = failure(prop, engine_pool, plant, **given)
+    assert message, f"{prop.__name__} passed with {plant} planted: the property lost its power"
+    assert message.startswith(words), f"{prop.__name__} caught {plant}, but not for {words!r}:\n{message}"
+    assert f"planted in every worker: {plant}" in message
+
+
+@pytest.mark.parametrize("plant, spec", UNSEEN, ids=[p for p, _ in UNSEEN])
+def test_the_output_alone_never_shows_a_broken_local_path(engine_pool, plant, spec):
+    """Lossless holds with every planted bug: a wrong draft token is rejected, and the tokens stay the target's."""
+    assert failure(e2e.test_lossless, engine_pool, plant, engine_spec=spec) == ""
