@@ -260,10 +260,13 @@ def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None
     return None
 
 
+ENGINES = pytest.StashKey[EnginePool]()
+
+
 @pytest.fixture(scope="session")
-def engine_pool():
+def engine_pool(request):
     """vLLM's engines of this run (--e2e): each started once, a group at a time; none outlives the run."""
-    pool = EnginePool()
+    pool = request.config.stash[ENGINES] = EnginePool()
     try:
         yield pool
     finally:
@@ -410,7 +413,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    """Flagged d2t findings: expected results of the d2t properties, shown rather than raised."""
+    """Flagged d2t findings (expected results of the d2t properties, shown rather than raised), and how often each of
+    vLLM's engines started (--e2e: once each, if the run kept its groups together)."""
     findings = [
         (report.nodeid, value)
         for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", [])
@@ -418,6 +422,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         for name, value in report.user_properties
         if name == "d2t finding"
     ]
+    pool = config.stash.get(ENGINES, None)
+    if pool is not None and pool.starts:
+        again = sorted(spec.name for spec, n in pool.starts.items() if n > 1)
+        terminalreporter.section("vLLM's engines")
+        terminalreporter.write_line(
+            f"{len(pool.starts)} engines started, "
+            + (f"these more than once: {', '.join(again)}" if again else "each once")
+        )
     if findings:
         terminalreporter.section("flagged d2t findings (non-monotone tables, as expected)")
         terminalreporter.write_line(f"{len(findings)} test(s) flagged a table; the first:")

@@ -5,6 +5,7 @@ engine's code (file, function, the lines quoted), how bad it is, which shipped c
 standalone reproduction and a correction; failures that follow from it through other code are its
 :class:`Consequence`\\ s.  A :class:`Reason` says why other failures are by design or outside the contract.  Every
 failure on a page is claimed by exactly one cause, consequence or reason, by its :func:`failure_key`.
+:class:`EndToEnd` says whether the engine itself, running speculative decoding, reaches a cause.
 
 Corrections are the project's own code, put onto the engine's classes by :class:`Patch` for the length of each
 call of a corrected subject (:func:`corrected`), so a corrected subject runs the same properties as the original.
@@ -88,6 +89,20 @@ class Reason:
 
 
 @dataclass(frozen=True)
+class EndToEnd:
+    """Whether the engine itself, serving a draft a user can run, reaches a cause: a standalone script that runs it
+    (exit 1 while the cause is there, 0 once corrected, 2 where the engine cannot run), or why no such run can."""
+
+    cause: str
+    script: str = ""  # a path from the checkout
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        if bool(self.script) == bool(self.why):
+            raise ValueError(f"end to end of {self.cause}: a script or a reason why none, not both or neither")
+
+
+@dataclass(frozen=True)
 class Findings:
     """An engine's causes and reasons, for the page at ``page`` (a checkout path without its suffix)."""
 
@@ -95,6 +110,7 @@ class Findings:
     page: str
     causes: tuple[Cause, ...]
     reasons: tuple[Reason, ...] = ()
+    end_to_end: tuple[EndToEnd, ...] = ()  # one per cause, where the engine can be run at all
 
     def claims(self) -> dict[str, Cause | Reason]:
         """Failure key -> what claims it; ValueError if two claim one failure."""

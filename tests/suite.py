@@ -39,6 +39,18 @@ def committed_repro_files(root: Path = ROOT) -> list[Path]:
     return sorted(root / name for name in listed.stdout.split("\0") if name and "/" not in name[len("repro/") :])
 
 
+def run_in_its_folder(path: Path, timeout: float, **env: str) -> subprocess.CompletedProcess:
+    """A standalone script run as a user runs it, from its folder, with ``env`` added to this environment."""
+    return subprocess.run(
+        [sys.executable, path.name],
+        cwd=path.parent,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **env},
+    )
+
+
 def process_state(pid: int) -> tuple[str, int] | None:
     """``(state, process group)`` of a process from ``/proc/PID/stat``, or None once it is gone.  A process can end
     between any two reads: its entry then vanishes (FileNotFoundError) or the read of its open ``stat`` raises

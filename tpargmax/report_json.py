@@ -58,6 +58,8 @@ ROW = {
     "cells": Map(CELL),
 }
 CLASS = {"name": LINE, "module": LINE, "methods": [LINE], "how": LINE, "confirmed": LINE, "tested": LINE}
+SCRIPT = {"exit": int, "output": [LINE]}
+END_TO_END = {"command": LINE, "cells": Map(Map(CELL)), "scripts": Map(SCRIPT)}
 REPORT = {
     "title": LINE,
     "command": LINE,
@@ -68,6 +70,7 @@ REPORT = {
     "?classes": [CLASS],
     "?refusal": Map(LINE),
     "rows": [ROW],
+    "?end_to_end": END_TO_END,
 }
 
 

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from engines.findings import replay_env
-from tpargmax import findings_page
+from tpargmax import findings_page, report_e2e
 
 LABELS = {
     "test_token_exact": "token-exact",
@@ -121,6 +121,7 @@ def render(data: dict[str, Any]) -> str:
             out += [f"## {title}", "", *_table(rows, numbers), ""]
     if not_run:
         out += ["Not run: " + ", ".join(f"`{r['name']}` ({r['skipped']})" for r in not_run), ""]
+    out += report_e2e.section(data, findings)
     out += ["## Subjects", ""]
     out += [f"- `{row['name']}` ({row['kind']}): {row['note']}" for row in data["rows"] if row["note"]]
     out += ["", "## Failures", ""] + ([] if failures else ["None.", ""])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from engines.findings import Findings, Reason
 from engines.versions import VLLM_VERSION
-from engines.vllm import findings_gemma4, findings_logits, findings_topk
+from engines.vllm import findings_e2e, findings_gemma4, findings_logits, findings_topk
 from engines.vllm.findings_logits import PAGE
 
 REASONS = (
@@ -94,5 +94,9 @@ REASONS = (
 )
 
 FINDINGS = Findings(
-    f"vLLM {VLLM_VERSION}", PAGE, findings_logits.CAUSES + findings_topk.CAUSES + findings_gemma4.CAUSES, REASONS
+    f"vLLM {VLLM_VERSION}",
+    PAGE,
+    findings_logits.CAUSES + findings_topk.CAUSES + findings_gemma4.CAUSES,
+    REASONS,
+    findings_e2e.END_TO_END,
 )
