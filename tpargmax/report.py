@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -259,7 +260,7 @@ def command_line(args: argparse.Namespace) -> str:
     parts = ["tpargmax report"] + (["--page", args.page] if getattr(args, "page", "vllm") != "vllm" else [])
     if args.examples != DEFAULT_EXAMPLES:
         parts += ["--examples", str(args.examples)]
-    parts += [f"--rows {' '.join(args.rows)}"] if args.rows else []
+    parts += [f"--rows {shlex.join(args.rows)}"] if args.rows else []
     parts += [f"--merge {args.merge}"] if getattr(args, "merge", None) else []
     parts += [f"--out {args.out}"] if args.out else []
     return " ".join(parts)
@@ -268,8 +269,10 @@ def command_line(args: argparse.Namespace) -> str:
 def merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """``base`` with ``new``'s rows in place of its rows of the same name (or added), each corrected row beside
     the row it corrects; the page then names both commands."""
-    if base["versions"] != new["versions"] or base["budget"] != new["budget"]:
-        raise ValueError(f"cannot merge runs of other versions or budgets: {base['versions']} vs {new['versions']}")
+    if base["versions"] != new["versions"]:
+        raise ValueError(f"cannot merge runs of other versions: {base['versions']} vs {new['versions']}")
+    if new["rows"] and base["budget"] != new["budget"]:  # an end-to-end section alone runs none of the rows' budget
+        raise ValueError(f"cannot merge rows run on another budget: {base['budget']} vs {new['budget']}")
     fresh = {row["name"]: row for row in new["rows"]}
     rows = [fresh.pop(row["name"], row) for row in base["rows"]] + list(fresh.values())
     commands = base.get("commands") or [base["command"]]
@@ -295,10 +298,13 @@ def report(args: argparse.Namespace) -> int:
     if args.render:
         data = base
     elif base is not None:
+        new = build(args, log)
         try:
-            data = merge(base, build(args, log))
-        except ValueError as exc:  # another version's or budget's report
-            print(f"tpargmax report: --merge {saved}: {exc}", file=sys.stderr)
+            data = merge(base, new)
+        except ValueError as exc:  # another version's or budget's report: what ran is kept, not lost
+            kept = Path(tempfile.mkdtemp(prefix="tpargmax-report-")) / "report.json"
+            kept.write_text(json.dumps(new, indent=1) + "\n", encoding="utf-8")
+            print(f"tpargmax report: --merge {saved}: {exc}; this run's report: {kept}", file=sys.stderr)
             return 2
     else:
         data = build(args, log)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.findings import Findings
+from engines.vllm.e2e.scenario import METHODS
 
 ROW = "end to end"  # what --rows names it by
 TESTS = {  # the properties, in the page's column order, and their headings
@@ -122,13 +123,15 @@ def section(data: dict[str, Any], findings: Findings | None) -> list[str]:
                 verdict = "not run" if ran is None else VERDICTS.get(ran["exit"], f"exit {ran['exit']}")
                 link = reach.script.removeprefix("docs/conformance/")  # from the page, which lies there
                 out.append(f"- **{reach.cause}**: [`{Path(reach.script).name}`]({link}): {verdict}")
-                out += [f"  - `{line}`" for line in (ran or {}).get("output", [])]
+                out += [f"  - `` {line} ``" for line in (ran or {}).get("output", [])]  # the line may hold a backtick
         out.append("")
     return out
 
 
-def _order(engine: str) -> tuple[str, ...]:
-    """Engines by dtype, method, tp, switch; a method's same-drafts run (``method-dtype``) after its engines."""
+def _order(engine: str) -> tuple[int, int, str, str]:
+    """Engines by dtype, method, tp, switch on first; a method's same-drafts run (``method-dtype``) after its four."""
     method, _, rest = engine.partition("-tp")
-    parts = rest.split("-") if rest else ["9", "", engine.rpartition("-")[2]]
-    return (parts[-1], engine.partition("-")[0], parts[0], parts[1] if len(parts) > 2 else "")
+    tp, switch, dtype = rest.split("-") if rest else ("9", "", engine.rpartition("-")[2])
+    method = method if rest else engine.rpartition("-")[0]
+    rank = {name: n for n, name in enumerate(("float32", "bfloat16", *METHODS))}
+    return (rank.get(dtype, 9), rank.get(method, 9), tp, {"on": "0", "off": "1"}.get(switch, "2"))

@@ -66,7 +66,7 @@ def fail(rule: str, prop: str, runs: list[Generated], details: list[str]) -> Non
     raise exc
 
 
-def _where(drafting: Drafting, call: Call, row: int) -> str:
+def _where(call: Call, row: int) -> str:
     return f"step {call.step}, the request of prompt {call.prompts[row]}, draft position {call.position}"
 
 
@@ -82,14 +82,14 @@ def check_draft_tokens(run: Generated) -> None:
             if not torch.equal(tokens, call.tokens[0]):
                 row = int((tokens != call.tokens[0]).nonzero()[0])
                 details = [
-                    f"{_where(drafting, call, row)}: rank 0 returned {int(call.tokens[0][row])}, rank {rank} "
+                    f"{_where(call, row)}: rank 0 returned {int(call.tokens[0][row])}, rank {rank} "
                     f"{int(tokens[row])}"
                 ]
                 fail(RANKS_DIFFER, DRAFT_ORACLE, [run], details)
         if not torch.equal(call.drafted, call.tokens[0]):
             row = int((call.drafted != call.tokens[0]).nonzero()[0])
             details = [
-                f"{_where(drafting, call, row)}: the head returned {int(call.tokens[0][row])}, the proposal "
+                f"{_where(call, row)}: the head returned {int(call.tokens[0][row])}, the proposal "
                 f"sent {int(call.drafted[row])}"
             ]
             fail(PROPOSAL_DIFFERS, DRAFT_ORACLE, [run], details)
@@ -98,13 +98,13 @@ def check_draft_tokens(run: Generated) -> None:
         for row, got in enumerate(call.drafted.tolist()):
             rule = non_token_rule(inputs, got)
             if rule is not None:
-                fail(rule, DRAFT_TARGETS, [run], [f"{_where(drafting, call, row)}: drafted {got}"])
+                fail(rule, DRAFT_TARGETS, [run], [f"{_where(call, row)}: drafted {got}"])
         wrong = (call.drafted != want.tokens).nonzero().flatten().tolist()
         if wrong:
             row = wrong[0]
             rule, lines = explain(want, row, int(call.drafted[row]))
             details = [
-                f"{_where(drafting, call, row)}: drafted {int(call.drafted[row])}, the oracle {int(want.tokens[row])}",
+                f"{_where(call, row)}: drafted {int(call.drafted[row])}, the oracle {int(want.tokens[row])}",
                 *lines,
             ]
             fail(rule, DRAFT_ORACLE, [run], details)

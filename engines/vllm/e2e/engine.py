@@ -148,6 +148,7 @@ class Engine:
         An engine without speculation serves the target that ``scenario`` gives the method ``target_of``."""
         began = time.monotonic()
         self._examples += 1
+        shutil.rmtree(self.dir / f"example{self._examples - 1}", ignore_errors=True)  # read by now: disk stays flat
         folder = self.dir / f"example{self._examples}"
         files = write_plan(folder, scenario, self.spec.method or target_of)
         draft = str(files["draft"]) if self.spec.method and "draft" in files else None
