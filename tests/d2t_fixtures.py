@@ -11,7 +11,8 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from safetensors import TensorSpec, serialize_file
+
+from engines.safetensors_file import save
 
 HERE = Path(__file__).resolve().parent / "fixtures" / "d2t"
 CORPUS = (
@@ -57,18 +58,7 @@ def corrupted() -> dict[str, dict[str, torch.Tensor]]:
 
 
 def save_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
-    """Write through the safetensors library's own serializer, from torch memory (its ``save_file`` needs NumPy)."""
-    held = {name: t.contiguous() for name, t in tensors.items()}  # alive until serialize_file returns
-    specs = {
-        name: TensorSpec(
-            dtype=str(t.dtype).removeprefix("torch."),
-            shape=list(t.shape),
-            data_ptr=t.data_ptr(),
-            data_len=t.numel() * t.element_size(),
-        )
-        for name, t in held.items()
-    }
-    serialize_file(specs, str(path))
+    save(tensors, path)
 
 
 FORMS = ("safetensors", "shards", "bin")  # model.safetensors; a 2-shard index; pytorch_model.bin

@@ -15,8 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from safetensors import safe_open
-from safetensors.torch import save_file
 
+from engines.safetensors_file import save
 from engines.vllm.e2e import checkpoints
 from engines.vllm.e2e.engine import Engine, EngineFailed, EngineSpec, Generated
 from engines.vllm.e2e.pool import EnginePool, group_of
@@ -207,7 +207,7 @@ def recorded(tmp_path: Path, tokens_of=None, *, outputs=None, counters=None) -> 
             for c in range(3):
                 tensors |= {f"step0.call{c}.hidden": hidden * (c + 1), f"step0.call{c}.tokens": drafts[:, c]}
             probe = {**meta, "head": {**head, "start": 128 * r, "rows_per_rank": 128}}
-            save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), {"probe": json.dumps(probe)})
+            save(tensors, path, {"probe": json.dumps(probe)})
 
     write(torch.zeros(2, 3, dtype=torch.int64))
     run = Generated(
@@ -255,7 +255,7 @@ def test_a_head_layout_other_than_the_suites_is_not_a_verdict(tmp_path):
     with safe_open(str(path), "pt") as f:
         meta, tensors = json.loads(f.metadata()["probe"]), {k: f.get_tensor(k) for k in f.keys()}
     meta["head"]["start"] = 100
-    save_file(tensors, str(path), {"probe": json.dumps(meta)})
+    save(tensors, path, {"probe": json.dumps(meta)})
     with pytest.raises(ProbeMismatch, match="the suite's layout says 128"):
         checks.check_draft_tokens(run)
 

@@ -82,8 +82,7 @@ def check_draft_tokens(run: Generated) -> None:
             if not torch.equal(tokens, call.tokens[0]):
                 row = int((tokens != call.tokens[0]).nonzero()[0])
                 details = [
-                    f"{_where(call, row)}: rank 0 returned {int(call.tokens[0][row])}, rank {rank} "
-                    f"{int(tokens[row])}"
+                    f"{_where(call, row)}: rank 0 returned {int(call.tokens[0][row])}, rank {rank} {int(tokens[row])}"
                 ]
                 fail(RANKS_DIFFER, DRAFT_ORACLE, [run], details)
         if not torch.equal(call.drafted, call.tokens[0]):

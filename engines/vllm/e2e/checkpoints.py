@@ -28,8 +28,8 @@ import math
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
+from engines.safetensors_file import save
 from engines.vllm.e2e.scenario import D2T_PLANS, SIZES, Scenario
 
 C0 = 1.0  # feature 0 of every embedding: the constant EAGLE3's queries and keys are made of
@@ -227,10 +227,6 @@ def configs(method: str | None) -> dict[str, dict[str, object]]:
     return {"target": target} | ({"draft": _llama("LlamaForCausalLM", 1)} if method else {})
 
 
-def _save(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
-
-
 def write_models(directory: Path, method: str | None) -> dict[str, Path]:
     """``directory/target`` (and ``directory/draft``): configs and whole checkpoints, the plan of :data:`START`."""
     made, plan, body = {}, plan_tensors(START, method), bodies(method)
@@ -238,7 +234,7 @@ def write_models(directory: Path, method: str | None) -> dict[str, Path]:
         folder = directory / role
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps(config, indent=1))
-        _save(body[role] | plan[role], folder / "model.safetensors")
+        save(body[role] | plan[role], folder / "model.safetensors")
         made[role] = folder
     return made
 
@@ -250,5 +246,5 @@ def write_plan(directory: Path, scenario: Scenario, method: str | None) -> dict[
     for role, tensors in plan_tensors(scenario, method).items():
         if tensors:
             made[role] = directory / f"{role}.safetensors"
-            _save(tensors, made[role])
+            save(tensors, made[role])
     return made

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from engines.safetensors_file import save
+
 PLANTS_MODULE = "tests.broken_engine"  # the broken local paths the project's tests plant, by name
 
 
@@ -98,8 +100,6 @@ class Probe:
     def tpargmax_take(self, path: str) -> int:
         """Write what the probe recorded since the last take (and the draft's head as it is now) to ``path`` with
         this rank's number in it; forget it; return the number of steps."""
-        from safetensors.torch import save_file
-
         tensors: dict[str, torch.Tensor] = {}
         steps = []
         model = self.model_runner.drafter.model
@@ -115,9 +115,7 @@ class Probe:
                 tensors[f"step{s}.call{c}.hidden"], tensors[f"step{s}.call{c}.tokens"] = hidden, tokens
             steps.append({"step": s, "req_ids": step["req_ids"], "calls": len(step["calls"])})
         meta = {"steps": steps, "verified": self._tpargmax_verified, "head": self._tpargmax_head_info()}
-        save_file(
-            {k: v.contiguous() for k, v in tensors.items()}, path.format(rank=self.rank), {"probe": json.dumps(meta)}
-        )
+        save(tensors, path.format(rank=self.rank), {"probe": json.dumps(meta)})
         self._tpargmax_steps.clear()
         self._tpargmax_verified.clear()
         return len(steps)
