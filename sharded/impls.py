@@ -20,32 +20,45 @@ BUILTINS = {**ARGMAX_BUILTINS, **TOPK_BUILTINS, **SAMPLING_BUILTINS}
 # name -> (MODULE:ATTR, MODULE:function that says why it cannot run here, or returns None when it can).
 ENGINE_BUILTINS = {"trtllm_style": "engines.variants:trtllm_style", "sglang_style": "engines.variants:sglang_style"}
 _VLLM = "engines.vllm.layer"
+_SGLANG = "engines.sglang.kernels"
 OPTIONAL = {
     "triton_key": ("sharded.triton_key:triton_key", "sharded.triton_key:why_unavailable"),
     "vllm": (f"{_VLLM}:vllm_local_argmax", f"{_VLLM}:why_unavailable"),
     "vllm_classic": (f"{_VLLM}:vllm_classic", f"{_VLLM}:why_unavailable"),
     "vllm_topk": (f"{_VLLM}:vllm_top_k", f"{_VLLM}:why_unavailable"),
     "vllm_topk_logprobs": (f"{_VLLM}:vllm_top_k_log_probs", f"{_VLLM}:why_unavailable"),
-    "sglang_deferred_argmax": ("engines.sglang:sglang_deferred_argmax", "engines.sglang:why_unavailable"),
-    "sglang_classic": ("engines.sglang:sglang_classic", "engines.sglang:why_unavailable"),
+    "sglang_deferred_argmax": (f"{_SGLANG}:sglang_deferred_argmax", f"{_SGLANG}:why_unavailable"),
+    "sglang_classic": (f"{_SGLANG}:sglang_classic", f"{_SGLANG}:why_unavailable"),
 }
 # Modules that moved, by the names committed repro files and report JSON still record (specs such as
-# ``sharded.vllm_models:Gemma4MTP[dense].get_top_tokens``): old module -> where it lives now.
+# ``sharded.vllm_models:Gemma4MTP[dense].get_top_tokens``): old module -> where it lives now.  A name is matched
+# whole: ``engines.sglang`` is now a package, and its old spec ``engines.sglang:sglang_classic`` the kernels'.
 MOVED = {
     "sharded.vllm_models": "engines.vllm.models",
     "sharded.vllm_layer": "engines.vllm.layer",
     "sharded.engine_variants": "engines.variants",
+    "engines.sglang": _SGLANG,
+    "engines.sglang_wheel": "engines.sglang.wheel",
+    "engines.sglang_sampling": "engines.sglang.sampling",
+    "engines.sglang_sampling_wheel": "engines.sglang.sampling_wheel",
+    "engines.tpu_inference": "engines.tpu_inference.adapter",
+    "engines.tpu_inference_sampler": "engines.tpu_inference.sampler",
+    "engines.tpu_inference_fixes": "engines.tpu_inference.fixes",
+    "engines.tpu_inference_findings": "engines.tpu_inference.findings",
+    "engines.sampling_findings": "engines.sampling_page",
 }
 
 # The project's own modules of implementations under test.  A repro file names the implementation it recorded;
 # replaying it imports that name only if it is a built-in or a public callable of one of these (``shipped``), since
 # a file received with a module beside it would otherwise run that module.  Anything else needs the user's word.
-SHIPPED_MODULES = frozenset(
-    {"tests.broken", "tests.broken_top_k", "tests.broken_sampling", "engines.variants", "engines.sglang"}
-    | {"engines.vllm.layer", "engines.vllm.models", "engines.vllm.corrected", *MOVED}
-    | {"engines.vllm.gumbel", "engines.vllm.dflash2_sampler", "engines.sglang_sampling"}
-    | {"engines.tpu_inference", "engines.tpu_inference_sampler", "engines.tpu_inference_fixes"}
+# A moved module's old name is shipped where its new home is (not the findings' or the wheel loaders' old names).
+_SHIPPED = (
+    {"tests.broken", "tests.broken_top_k", "tests.broken_sampling", "engines.variants", _SGLANG}
+    | {"engines.vllm.layer", "engines.vllm.models", "engines.vllm.corrected"}
+    | {"engines.vllm.gumbel", "engines.vllm.dflash2_sampler", "engines.sglang.sampling"}
+    | {"engines.tpu_inference.adapter", "engines.tpu_inference.sampler", "engines.tpu_inference.fixes"}
 )
+SHIPPED_MODULES = frozenset(_SHIPPED | {old for old, new in MOVED.items() if new in _SHIPPED})
 
 IMPL_ENV = "TPARGMAX_IMPL"
 TOPK_IMPL_ENV = "TPARGMAX_TOPK_IMPL"

@@ -11,8 +11,9 @@ import json
 
 import pytest
 
-from engines import sampling_findings, tpu_inference_findings
+from engines import sampling_page
 from engines.findings import failure_key
+from engines.tpu_inference import findings as tpu_inference_findings
 from engines.vllm.findings import FINDINGS, PAGE
 from tests.suite import ROOT
 from tpargmax import findings_page
@@ -20,7 +21,7 @@ from tpargmax.report_page import _failures
 
 PAGES = {
     PAGE: FINDINGS,
-    sampling_findings.PAGE: sampling_findings.FINDINGS,
+    sampling_page.PAGE: sampling_page.FINDINGS,
     tpu_inference_findings.PAGE: tpu_inference_findings.FINDINGS,
 }
 

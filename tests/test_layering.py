@@ -7,13 +7,21 @@ below ``engines``; ``properties`` never ``benchmarks`` or ``tpargmax``, and insi
 only its own floor and those below.  Imports are read with ``ast``
 (every static import, also inside functions); ``importlib.import_module`` strings, such as ``sharded.impls``' lazily
 named engine built-ins, are not followed.
+
+Where modules live may change, what was recorded may not: every ``MODULE:ATTR`` that committed repro files and
+report JSON name (and the built-ins' own) still names a module of the tree, through ``sharded.impls.MOVED`` where
+the module moved, and a name that module defines.  Read from the files alone, so no engine is needed.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import re
+import subprocess
 from pathlib import Path
+
+from sharded.impls import ENGINE_BUILTINS, MOVED, OPTIONAL
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("reference", "sharded", "groups", "engines", "benchmarks", "properties", "tpargmax", "tests", "examples")
@@ -236,3 +244,56 @@ def test_the_checks_see_a_bad_import(tmp_path):
         ["engines.vllm.layer", "engines.vllm.models"],
         ["properties.argmax.checks", "properties.sampling.faults"],
     ]
+
+
+# a recorded implementation or findings: ``engines.sglang_sampling:sglang_candidate_topk`` in a repro file's "impl",
+# a report's rows and replay commands (an attribute path such as ``Gemma4MTP[dense].get_top_tokens`` reads its head)
+RECORDED = re.compile(r"\b((?:engines|sharded|tests)(?:\.\w+)+):(\w+)")
+
+
+def recorded_specs(root: Path = ROOT) -> set[tuple[str, str]]:
+    """(module, attribute) of every spec the committed repro files and reports record, by git's list of them (a
+    user's own finds, untracked, are theirs)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--", "repro", "docs/conformance"], cwd=root, capture_output=True, text=True
+    )
+    names = listed.stdout.split("\0") if listed.returncode == 0 else []
+    files = [root / n for n in names if n.endswith(".json")] or [*(root / "repro").rglob("*.json")]
+    return {spec for path in files for spec in RECORDED.findall(path.read_text(encoding="utf-8"))}
+
+
+def defined(tree: ast.Module) -> set[str]:
+    """The names a module defines at its top: functions, classes, assignments (tuples too) and imports."""
+    out = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            out |= {a.asname or a.name.partition(".")[0] for a in node.names}
+    return out
+
+
+def test_every_recorded_name_still_names_a_module_and_what_it_defines():
+    found = modules()
+    specs = recorded_specs()
+    assert {module for module, _ in specs} & set(MOVED), "no recorded name of a moved module: the reading is broken"
+    builtins = [*ENGINE_BUILTINS.values(), *(spec for pair in OPTIONAL.values() for spec in pair)]
+    specs |= {tuple(spec.split(":")) for spec in builtins}
+    lost = []
+    for module, attr in sorted(specs):
+        home = MOVED.get(module, module)
+        names = defined(parsed(found[home])) if home in found else set()
+        if attr not in names and "__getattr__" not in names:  # engines.vllm.models names its subjects that way
+            lost.append(f"{module}:{attr}" + (f" (now {home})" if home != module else ""))
+    assert lost == [], "recorded names that no longer load: " + ", ".join(lost)
+
+
+def test_a_moved_module_is_not_also_where_it_was():
+    """Each old name leads to a module that exists, and no plain module is left at an old name, where
+    ``load_impl`` would never look (``engines.sglang`` is a package now: its old specs are its kernels')."""
+    found = modules()
+    assert [new for new in MOVED.values() if new not in found] == []
+    assert [old for old in MOVED if old in found and found[old].name != "__init__.py"] == []

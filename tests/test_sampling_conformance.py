@@ -16,7 +16,8 @@ import sys
 import pytest
 import torch
 
-from engines import sampling_findings, sglang_sampling
+from engines import sampling_page
+from engines.sglang import sampling as sglang_sampling
 from engines.versions import SGLANG_VERSION
 from engines.vllm import triton_files
 from properties.repro import records as repro
@@ -66,7 +67,7 @@ SCRIPTS = sorted((ROOT / "docs" / "conformance" / "sampling").glob("*.py"))
 
 
 def test_every_standalone_script_is_a_causes_and_every_causes_exists():
-    named = {cause.script for cause in sampling_findings.CAUSES if cause.script}
+    named = {cause.script for cause in sampling_page.CAUSES if cause.script}
     assert named == {str(path.relative_to(ROOT)) for path in SCRIPTS}
 
 

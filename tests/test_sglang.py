@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from engines import sglang
-from engines.sglang import HEAD, SOFT_CAP, sglang_classic, sglang_deferred_argmax
+from engines.sglang import kernels as sglang
+from engines.sglang.kernels import HEAD, SOFT_CAP, sglang_classic, sglang_deferred_argmax
 from engines.versions import SGLANG_VERSION
 from sharded.layout import vocab_parallel_layout
 

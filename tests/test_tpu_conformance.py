@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from engines import tpu_inference, tpu_inference_findings
+from engines.tpu_inference import adapter as tpu_inference
+from engines.tpu_inference import findings as tpu_inference_findings
 from properties.repro import records as repro
 from tests.suite import ROOT, run_script
 from tpargmax.report_page import render

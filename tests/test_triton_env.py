@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engines import sglang, sglang_sampling_wheel
+from engines.sglang import kernels as sglang
+from engines.sglang import sampling_wheel as sglang_sampling_wheel
 from engines.vllm import dflash2_sampler, gumbel, triton_files
 from sharded import triton_env, triton_key
 

@@ -162,7 +162,7 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
 
         extra = None
         if no_sglang is None:
-            from engines.sglang import kernel_argmax
+            from engines.sglang.kernels import kernel_argmax
 
             extra = {"SGLang softcap_row_argmax": kernel_argmax}
         data["benchmark"] = benchmark(extra=extra)

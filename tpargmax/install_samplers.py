@@ -23,7 +23,7 @@ CHECK = """\
 import os, sys
 os.environ.setdefault("TRITON_INTERPRET", "1")
 from engines.vllm import triton_files
-from engines import sglang_sampling
+from engines.sglang import sampling as sglang_sampling
 from sharded.triton_env import interpreting
 triton_files.load(triton_files.GUMBEL)
 print("vLLM's Gumbel file loads with Triton", "(interpreter)" if interpreting() else "")

@@ -1,7 +1,7 @@
 """``tpargmax install-sglang``: the opt-in SGLang install, into the venv this command runs from.
 
 Only two of SGLang's files run under test (its Triton kernels, which import torch and triton alone, loaded
-by file path by ``engines.sglang``), so the wheel goes in without its dependencies: nothing else changes in
+by file path by ``engines.sglang.kernels``), so the wheel goes in without its dependencies: nothing else changes in
 the venv.  The last step checks that the installed wheel is 0.5.23 and holds both kernel files, and prints
 their paths; it imports no ``sglang`` module.  The kernels still need Triton and a CUDA GPU (or Triton's CPU
 interpreter, ``TRITON_INTERPRET=1``) to run: the step says whether they are there, and fails only on the
@@ -23,7 +23,7 @@ PIN = f"sglang=={SGLANG_VERSION}"
 # adapter's own lookup (the wheel's RECORD), so what it checks is what the subjects load.
 CHECK = """\
 import sys
-from engines import sglang
+from engines.sglang import kernels as sglang
 paths = sglang.kernel_paths()
 for name, rel in sglang.KERNEL_FILES.items():
     print(f"{rel}: {paths.get(name, 'MISSING')}")

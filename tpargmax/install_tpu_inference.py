@@ -2,7 +2,7 @@
 venv this command runs from.
 
 The sampler is JAX code (``tpu_inference/layers/jax/sample/sampling.py``) run on a mesh of simulated CPU devices
-(``engines.tpu_inference``).  The wheel pins jax 0.11.2, libtpu, flax and torchax and imports vLLM; only the
+(``engines.tpu_inference.adapter``).  The wheel pins jax 0.11.2, libtpu, flax and torchax and imports vLLM; only the
 sampler's own modules run, so it goes in without its dependencies, beside jax and jaxlib 0.10.2: the last pair
 that installs on Python 3.11 (0.12 needs 3.12) and runs in one process with torch 2.13.0.  jax brings NumPy (and
 ml_dtypes, opt_einsum, scipy): this environment only, never the suite's default one.  The last step loads the
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engines.tpu_inference import VERSION
+from engines.versions import TPU_INFERENCE_VERSION as VERSION
 from tpargmax.install_sglang import _checkout
 from tpargmax.install_steps import run_steps
 
@@ -25,7 +25,7 @@ PIN = f"tpu-inference=={VERSION}"
 # so what it checks is what the subjects load.
 CHECK = """\
 import sys
-from engines import tpu_inference as tpu
+from engines.tpu_inference import adapter as tpu
 reason = tpu.why_unavailable()
 if reason is not None:
     print(reason, file=sys.stderr)

@@ -15,9 +15,12 @@ from properties.cases.case import shown
 from properties.repro.reader import one_line, read_json
 
 MAX_REPORT_BYTES = 64 * 2**20  # the committed vLLM report is about 1 MiB
-# the findings a page may name: the project's own
+# the findings a page may name: the project's own, then the names reports recorded before their modules moved
+# (``engines.sampling_findings``: loaded through ``sharded.impls.MOVED``); a new report names the first three
 FINDINGS = (
     "engines.vllm.findings:FINDINGS",
+    "engines.sampling_page:FINDINGS",
+    "engines.tpu_inference.findings:FINDINGS",
     "engines.sampling_findings:FINDINGS",
     "engines.tpu_inference_findings:FINDINGS",
 )

@@ -185,7 +185,7 @@ def sampling_runs() -> list[Run]:
     # The interpreter takes over ten minutes per subject for the 4000-row tp 4 top-k distribution case: there the
     # candidate samplers leave it to a GPU (the page's notes say so), and run every other case.
     top_k_tests = () if not interpret else (*SAMPLING, "-k", f"not {LEFT_TO_A_GPU}")
-    vllm_needs, sglang_needs = "engines.vllm.triton_files:why_unavailable", "engines.sglang_sampling:why_unavailable"
+    vllm_needs, sglang_needs = "engines.vllm.triton_files:why_unavailable", "engines.sglang.sampling:why_unavailable"
     kernel = "vLLM kernel"
     runs = [
         Run(
@@ -252,7 +252,7 @@ def sampling_runs() -> list[Run]:
         Run(
             (
                 Subject(
-                    "engines.sglang_sampling:sglang_candidate_topk",
+                    "engines.sglang.sampling:sglang_candidate_topk",
                     f"SGLang {SGLANG_VERSION}",
                     "DFlash's candidate_topk (lilicorr_topk_lse, the merge, the log-normaliser); drawn with the "
                     "contract's noise",
@@ -260,7 +260,7 @@ def sampling_runs() -> list[Run]:
                     needs=sglang_needs,
                 ),
                 Subject(
-                    "engines.sglang_sampling:sglang_candidate_topk_corrected",
+                    "engines.sglang.sampling:sglang_candidate_topk_corrected",
                     f"SGLang {SGLANG_VERSION}" + CORRECTED_KIND,
                     "the same, ties ordered by id in both top-ks, no lane past the row taken, the lse in float32",
                     "sglang_candidate_topk (corrected)",
@@ -268,7 +268,7 @@ def sampling_runs() -> list[Run]:
                     needs=sglang_needs,
                 ),
                 Subject(
-                    "engines.sglang_sampling:sglang_candidate_topk_seeded",
+                    "engines.sglang.sampling:sglang_candidate_topk_seeded",
                     f"SGLang {SGLANG_VERSION}",
                     "the same candidates drawn by multinomial_with_seed (noise keyed by sort rank)",
                     "sglang_candidate_topk_seeded",
@@ -293,9 +293,9 @@ def tpu_inference_runs() -> list[Run]:
     path with the project's corrections.  A new shape compiles in seconds, so the rows get a longer collective
     timeout."""
     needs, module, fixes = (
-        "engines.tpu_inference:why_unavailable",
-        "engines.tpu_inference_sampler",
-        "engines.tpu_inference_fixes",
+        "engines.tpu_inference.adapter:why_unavailable",
+        "engines.tpu_inference.sampler",
+        "engines.tpu_inference.fixes",
     )
     kind = f"tpu-inference {TPU_INFERENCE_VERSION}"
     classic = "sample(allow_distributed_sampling=False): temperature, top-k and top-p masks, categorical over the row"

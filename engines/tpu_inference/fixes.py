@@ -1,6 +1,6 @@
 """tpu-inference 0.32.0's masks corrected: the project's JAX functions put over the wheel's, and the corrected subjects.
 
-The wheel's ``sample`` (``engines.tpu_inference``) masks with ``tpu_inference/layers/common/binary_search.py``'s
+The wheel's ``sample`` (``engines.tpu_inference.adapter``) masks with ``tpu_inference/layers/common/binary_search.py``'s
 ``topk_mask`` and ``topp_mask`` (classic path) and ``sampling.py``'s ``_merge_topk_candidates`` (sharded path).
 Three defects (``docs/conformance/tpu-inference-0.32.0/masks.py`` reproduces them):
 
@@ -51,9 +51,9 @@ from typing import Any
 
 import torch
 
-from engines import tpu_inference as tpu
-from engines import tpu_inference_sampler as original
 from engines.findings import Patch, applied
+from engines.tpu_inference import adapter as tpu
+from engines.tpu_inference import sampler as original
 
 __all__ = [
     "PATCHES",
@@ -182,7 +182,7 @@ def corrections() -> Iterator[None]:
 
 
 def sample(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, str]:
-    """``engines.tpu_inference.sample`` with the corrections (same arguments)."""
+    """``engines.tpu_inference.adapter.sample`` with the corrections (same arguments)."""
     with corrections():
         return tpu.sample(*args, **kwargs)
 
@@ -192,7 +192,7 @@ tpu_inference_classic_corrected, tpu_inference_distributed_corrected = (
         f"{fn.__name__}_corrected",
         distributed,
         sample,
-        f":func:`engines.tpu_inference_sampler.{fn.__name__}` with the corrections (a correction, not tpu-inference's "
+        f":func:`engines.tpu_inference.sampler.{fn.__name__}` with the corrections (a correction, not tpu-inference's "
         "code).",
     )
     for fn, distributed in ((original.tpu_inference_classic, False), (original.tpu_inference_distributed, True))
@@ -203,4 +203,4 @@ tpu_inference_classic_corrected, tpu_inference_distributed_corrected = (
 # corrections change which tokens are kept, not the noise or the paths.
 tpu_inference_classic_corrected.__dict__.update(original.tpu_inference_classic.__dict__)
 tpu_inference_distributed_corrected.__dict__.update(original.tpu_inference_distributed.__dict__)
-tpu_inference_distributed_corrected.classic_path = "engines.tpu_inference_fixes:tpu_inference_classic_corrected"
+tpu_inference_distributed_corrected.classic_path = "engines.tpu_inference.fixes:tpu_inference_classic_corrected"

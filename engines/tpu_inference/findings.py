@@ -3,6 +3,8 @@
 Every failure on the page is claimed by its key (:func:`engines.findings.failure_key`); ``tests/test_findings.py``
 checks that each is claimed once and no claim is stale.  The lines are from the ``tpu-inference==0.32.0`` wheel; the
 page's runs were made on a simulated JAX mesh of CPU devices (jax 0.10.2), ``DISTRIBUTED_SAMPLING_MAX_TOP_K=8``.
+The corrections name the module as the committed page renders them (``engines.tpu_inference_fixes``, now
+``engines.tpu_inference.fixes``: the old name still loads through ``sharded.impls.MOVED``).
 """
 
 from __future__ import annotations

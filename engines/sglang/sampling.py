@@ -14,7 +14,7 @@ What runs, by file (``sglang/`` in the wheel):
   used by ``lilicorr_sample_path`` only), so ``lilicorr_topk_lse`` (L112-169) with its Triton kernels
   ``_tiled_scan`` / ``_tiled_select`` and ``_combine_lse`` (L96-99), and ``_topk_lse_torch`` (L102-109).
   ``lilicorr_topk_lse`` runs its kernels only for CUDA tensors (L117); under Triton's interpreter the rank's CPU
-  logits are handed over as ``engines.sglang_sampling_wheel._InterpretedCuda`` (a CPU tensor whose ``is_cuda`` is
+  logits are handed over as ``engines.sglang.sampling_wheel._InterpretedCuda`` (a CPU tensor whose ``is_cuda`` is
   True), so the kernel path runs there too, with the same routing (L124: ``min(K, T)`` not a power of two ->
   ``_topk_lse_torch``).
 * ``srt/models/dflash.py``: ``_radix_topk`` (L66-70, ``flashinfer`` absent -> ``torch.topk``),
@@ -73,7 +73,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engines.sglang_sampling_wheel import RANK, load, why_unavailable
+from engines.sglang.sampling_wheel import RANK, load, why_unavailable
 from reference.checks import InvalidInput
 from reference.sampling import SamplingParams, gumbel_noise, scaled
 from sharded.group import TPGroup

@@ -1,5 +1,5 @@
 """SGLang's sampling pieces from the installed wheel, with stand-ins for what they import from SGLang's runtime: the
-loader behind ``engines.sglang_sampling``'s subjects (that module's docstring says what each stand-in is and why).
+loader behind ``engines.sglang.sampling``'s subjects (that module's docstring says what each stand-in is and why).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from engines import sglang
-from engines.sglang_wheel import wheel_functions
+from engines.sglang import kernels
+from engines.sglang.wheel import wheel_functions
 from sharded.group import TPGroup
 from sharded.triton_env import TRITON_LOCK, interpreting
 
@@ -26,7 +26,7 @@ FILES = {
 
 def why_unavailable() -> str | None:
     """Why the subjects cannot run here (no wheel, another version, a file missing, no Triton, no CUDA), or None."""
-    return sglang.why_unavailable(FILES)
+    return kernels.why_unavailable(FILES)
 
 
 # The rank running SGLang's code now: the simulated group runs its ranks as greenlets of one thread, each with its
@@ -64,7 +64,7 @@ def load() -> types.SimpleNamespace:
     reason = why_unavailable()
     if reason is not None:
         raise RuntimeError(reason)
-    paths = sglang.kernel_paths(FILES)
+    paths = kernels.kernel_paths(FILES)
     lilicorr = wheel_functions("lilicorr", paths["lilicorr"], None, {"selector_walk_triton": None})
     murmur = wheel_functions("murmur_hash", paths["murmur"], None, {})
 
