@@ -252,7 +252,7 @@ def sampling_runs() -> list[Run]:
         Run(
             (
                 Subject(
-                    "engines.sglang.sampling:sglang_candidate_topk",
+                    "engines.sglang_sampling:sglang_candidate_topk",  # the recorded names: the page's failure keys stay
                     f"SGLang {SGLANG_VERSION}",
                     "DFlash's candidate_topk (lilicorr_topk_lse, the merge, the log-normaliser); drawn with the "
                     "contract's noise",
@@ -260,7 +260,7 @@ def sampling_runs() -> list[Run]:
                     needs=sglang_needs,
                 ),
                 Subject(
-                    "engines.sglang.sampling:sglang_candidate_topk_corrected",
+                    "engines.sglang_sampling:sglang_candidate_topk_corrected",
                     f"SGLang {SGLANG_VERSION}" + CORRECTED_KIND,
                     "the same, ties ordered by id in both top-ks, no lane past the row taken, the lse in float32",
                     "sglang_candidate_topk (corrected)",
@@ -268,7 +268,7 @@ def sampling_runs() -> list[Run]:
                     needs=sglang_needs,
                 ),
                 Subject(
-                    "engines.sglang.sampling:sglang_candidate_topk_seeded",
+                    "engines.sglang_sampling:sglang_candidate_topk_seeded",
                     f"SGLang {SGLANG_VERSION}",
                     "the same candidates drawn by multinomial_with_seed (noise keyed by sort rank)",
                     "sglang_candidate_topk_seeded",
@@ -294,8 +294,8 @@ def tpu_inference_runs() -> list[Run]:
     timeout."""
     needs, module, fixes = (
         "engines.tpu_inference.adapter:why_unavailable",
-        "engines.tpu_inference.sampler",
-        "engines.tpu_inference.fixes",
+        "engines.tpu_inference_sampler",  # recorded names (sharded.impls.MOVED): the pages' keys stay
+        "engines.tpu_inference_fixes",
     )
     kind = f"tpu-inference {TPU_INFERENCE_VERSION}"
     classic = "sample(allow_distributed_sampling=False): temperature, top-k and top-p masks, categorical over the row"
