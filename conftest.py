@@ -20,10 +20,6 @@ import torch
 from hypothesis import settings
 from hypothesis._settings import is_in_ci
 
-from engines.vllm.e2e.engine import DTYPES as E2E_DTYPES
-from engines.vllm.e2e.engine import EngineSpec
-from engines.vllm.e2e.pool import EnginePool
-from engines.vllm.e2e.scenario import METHODS as E2E_METHODS
 from groups.devices import DEVICE_ENV, DEVICES, check_backend, check_device, default_device
 from groups.pool import close_all_pools
 from properties.harness import coverage, example_db, results
@@ -37,7 +33,7 @@ from sharded.local_sampling import DEFAULT_SAMPLING_IMPLS, SAMPLING_BUILTINS
 from sharded.local_top_k import DEFAULT_TOPK_IMPLS, TOPK_BUILTINS
 
 SUBJECTS = ("impl", "topk_impl", "sampling_impl")  # the fixtures that hold an implementation under test
-E2E_MODULES = ("properties/test_e2e.py", "tests/test_e2e_power.py")  # collected only with --e2e
+pytest_plugins = ("properties.e2e.plugin",)  # --e2e: vLLM's engine end to end
 # Two xdist workers on two cores: one intra-op thread each keeps them from fighting.
 torch.set_num_threads(1)
 
@@ -126,22 +122,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="override the profile's examples per property (used by tpargmax fuzz for time-boxed rounds)",
     )
     group.addoption(
-        "--e2e",
-        action="store_true",
-        help="also collect vLLM's engine end to end (properties/test_e2e.py, tests/test_e2e_power.py): speculative "
-        "decoding with use_local_argmax_reduction on and off, in one process, in vLLM's environment (tpargmax e2e)",
-    )
-    group.addoption(
-        "--e2e-methods",
-        default=",".join(E2E_METHODS),
-        help="speculative methods the end-to-end properties run (default %(default)s)",
-    )
-    group.addoption(
-        "--e2e-dtypes",
-        default=",".join(E2E_DTYPES),
-        help="dtypes the end-to-end properties run (default %(default)s)",
-    )
-    group.addoption(
         "--collective-timeout",
         type=float,
         default=run_settings.Settings.collective_timeout,
@@ -174,6 +154,8 @@ def import_the_suite() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from properties.e2e import plugin as e2e  # here, not above: pytest imports its plugins itself, to rewrite them
+
     import_the_suite()
     if (why := example_db.problem()) is not None:  # a shared database that cannot be used: say so, never fall back
         raise pytest.UsageError(why)
@@ -230,47 +212,8 @@ def pytest_configure(config: pytest.Config) -> None:
         pinned=pinned,
         repro_dir=config.getoption("repro_dir"),
         listening=bool(record or statistics),
-        e2e_groups=_e2e_groups(config) if config.getoption("e2e") else (),
+        e2e_groups=e2e.groups(config),
     )
-
-
-def _e2e_groups(config: pytest.Config) -> tuple[tuple[str, str], ...]:
-    """The end-to-end groups, (dtype, method), in the order they run; --e2e needs vLLM and one process."""
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        raise pytest.UsageError("--e2e runs vLLM's engine, which is not installed here: tpargmax install-vllm")
-    if config.getoption("numprocesses", None):
-        raise pytest.UsageError("--e2e starts engines of several GiB each: run it in one process, without -n")
-    chosen = {}
-    for option, known in (("e2e_methods", E2E_METHODS), ("e2e_dtypes", E2E_DTYPES)):
-        chosen[option] = [v.strip() for v in config.getoption(option).split(",") if v.strip()]
-        unknown = sorted(set(chosen[option]) - set(known))
-        if unknown or not chosen[option]:
-            raise pytest.UsageError(f"--{option.replace('_', '-')}: choose from {', '.join(known)}, got {unknown}")
-    return tuple(
-        (d, m) for d in E2E_DTYPES if d in chosen["e2e_dtypes"] for m in E2E_METHODS if m in chosen["e2e_methods"]
-    )
-
-
-def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
-    """The engine end to end is opt-in: without --e2e its modules are not even imported."""
-    if not config.getoption("e2e") and any(str(collection_path).endswith(m) for m in E2E_MODULES):
-        return True
-    return None
-
-
-ENGINES = pytest.StashKey[EnginePool]()
-
-
-@pytest.fixture(scope="session")
-def engine_pool(request):
-    """vLLM's engines of this run (--e2e): each started once, a group at a time; none outlives the run."""
-    pool = request.config.stash[ENGINES] = EnginePool()
-    try:
-        yield pool
-    finally:
-        pool.close()
 
 
 def _impls(option: str | None, default: tuple[str, ...]) -> tuple:
@@ -321,11 +264,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(fixture, impls, ids=[i.spec for i in impls])
     if "backend" in metafunc.fixturenames:
         metafunc.parametrize("backend", run.backends)
-    if "engine_spec" in metafunc.fixturenames:  # a speculative engine of each --e2e group
-        specs = [EngineSpec(d, m, tp, on) for d, m in run.e2e_groups for tp in (1, 2) for on in (True, False)]
-        metafunc.parametrize("engine_spec", specs, ids=[s.name for s in specs])
-    if "e2e_group" in metafunc.fixturenames:
-        metafunc.parametrize("e2e_group", run.e2e_groups, ids=[f"{m}-{d}" for d, m in run.e2e_groups])
 
 
 def read_xfails(path: str) -> list[tuple[str, str]]:
@@ -350,14 +288,6 @@ def kept_settings():
         yield run
 
 
-def _e2e_rank(item: pytest.Item, groups: tuple[tuple[str, str], ...]) -> int:
-    """Where an item's engines come in the run: the index of its (dtype, method) group; -1 without engines."""
-    params = getattr(item, "callspec", None) and item.callspec.params or {}
-    spec = params.get("engine_spec")
-    group = (spec.dtype, spec.method) if spec is not None else params.get("e2e_group")
-    return groups.index(group) if group in groups else -1
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What collection imported (torch, Hypothesis, the project) lives as long as the run: frozen, the garbage
@@ -367,9 +297,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    groups = run_settings.current().e2e_groups
-    if groups:  # the engines of a group are started together and closed when the next is asked for
-        items[:] = sorted(items, key=lambda item: _e2e_rank(item, groups))
     if config.getoption("only_subjects"):
         keep = [i for i in items if set(SUBJECTS) & set(getattr(i, "fixturenames", ()))]
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
@@ -413,8 +340,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    """Flagged d2t findings (expected results of the d2t properties, shown rather than raised), and how often each of
-    vLLM's engines started (--e2e: once each, if the run kept its groups together)."""
+    """Flagged d2t findings: expected results of the d2t properties, shown rather than raised."""
     findings = [
         (report.nodeid, value)
         for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", [])
@@ -422,14 +348,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         for name, value in report.user_properties
         if name == "d2t finding"
     ]
-    pool = config.stash.get(ENGINES, None)
-    if pool is not None and pool.starts:
-        again = sorted(spec.name for spec, n in pool.starts.items() if n > 1)
-        terminalreporter.section("vLLM's engines")
-        terminalreporter.write_line(
-            f"{len(pool.starts)} engines started, "
-            + (f"these more than once: {', '.join(again)}" if again else "each once")
-        )
     if findings:
         terminalreporter.section("flagged d2t findings (non-monotone tables, as expected)")
         terminalreporter.write_line(f"{len(findings)} test(s) flagged a table; the first:")

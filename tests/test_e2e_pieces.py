@@ -22,7 +22,7 @@ from engines.vllm.e2e.engine import Engine, EngineFailed, EngineSpec, Generated
 from engines.vllm.e2e.pool import EnginePool, group_of
 from engines.vllm.e2e.scenario import METHODS, PLANTS, SIZES, Scenario
 from engines.vllm.findings import FINDINGS
-from properties.e2e import checks
+from properties.e2e import checks, plugin
 from properties.e2e.probe import Drafting, ProbeMismatch
 from properties.failures import PropertyFailure
 from properties.oracle import answer
@@ -347,6 +347,25 @@ def test_the_command_without_vllm_exits_2_in_one_line(monkeypatch, capsys):
     assert (
         capsys.readouterr().err.strip() == "tpargmax e2e: needs vLLM 0.32.0 in this environment: tpargmax install-vllm"
     )
+
+
+def test_without_e2e_its_modules_say_what_they_need_and_the_run_orders_nothing(monkeypatch):
+    """Named on the command line without --e2e, an end-to-end module's tests are skipped with the option's name
+    instead of starting engines; with --e2e a group's tests run together."""
+
+    class Item(SimpleNamespace):
+        def add_marker(self, mark, append=True):
+            self.marks.append(mark)
+
+    items = [Item(path=ROOT / path, marks=[]) for path in (*plugin.MODULES, "tests/test_options.py")]
+    plugin.pytest_collection_modifyitems(items)
+    assert [[m.kwargs["reason"] for m in i.marks] for i in items] == [[plugin.NEEDS_E2E]] * 2 + [[]]
+    assert plugin.groups(SimpleNamespace(getoption=lambda name, default=None: False)) == ()
+    group = [("float32", "eagle"), ("bfloat16", "eagle3")]
+    ordered = [SimpleNamespace(callspec=SimpleNamespace(params={"e2e_group": g})) for g in (group[1], group[0], None)]
+    monkeypatch.setattr(plugin.run_settings, "current", lambda: SimpleNamespace(e2e_groups=tuple(group)))
+    plugin.pytest_collection_modifyitems(ordered)
+    assert [i.callspec.params["e2e_group"] for i in ordered] == [None, *group]
 
 
 def test_the_command_runs_the_properties_in_one_process():
