@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import subprocess
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -123,8 +124,10 @@ def wait_gone(pid: int, seconds: float = 30.0) -> bool:
 
 @pytest.fixture
 def fake_host(monkeypatch, tmp_path):
-    """The stand-in host, in a mode; the pid file of the worker it starts."""
+    """The stand-in host, in a mode; the pid file of the worker it starts.  The engines' folders go under
+    ``tmp_path``: a failed engine keeps its own, for its log."""
     pid_file = tmp_path / "worker.pid"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setenv("TPARGMAX_FAKE_WORKER_PID", str(pid_file))
 
     def mode(how: str) -> Path:
@@ -166,6 +169,8 @@ def test_a_stuck_or_dead_engine_is_a_clear_failure_and_ends_with_its_workers(
     message = str(failed.value)
     assert f"vLLM engine {TARGET.name} {words}" in message
     assert "| fake engine: starting" in message  # the end of its log comes with it
+    kept = list(pid_file.parent.glob(f"tpargmax-e2e-{TARGET.name}-*/engine.log"))  # for the log the error names
+    assert len(kept) == 1 and str(kept[0]) in message
     assert wait_gone(int(pid_file.read_text())), "the engine's worker outlived it"
 
 
