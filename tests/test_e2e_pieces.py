@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ast
 import json
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -148,6 +150,21 @@ def test_an_engine_answers_and_leaves_no_process_behind(fake_host):
     engine.close()
     assert wait_gone(int(pid_file.read_text())), "the engine's worker outlived it"
     assert not engine.dir.exists()
+
+
+def test_the_host_ends_vllms_processes_however_it_ends(tmp_path):
+    """The real host, its serving replaced by a stand-in that starts a child and returns: the child, in the host's
+    process group as vLLM's engine and workers are, ends with it (a driver killed mid-run once left them running)."""
+    pid_file = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys; from engines.vllm.e2e import host; "
+        "child = subprocess.Popen(['sleep', '600']); "
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid)); "
+        "host.serve_requests = lambda argv: 0; sys.exit(host.main([]))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, start_new_session=True, timeout=60, check=False)
+    assert done.returncode == -signal.SIGKILL  # the group's end, the host's own included
+    assert wait_gone(int(pid_file.read_text())), "vLLM's processes outlived their host"
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,8 @@ SPEC is a JSON object: the models' folders, tp, the switch, the dtype and the me
 host answers ``{"ready": ...}`` once the engine is up, then one answer per request: ``load`` (an example's
 tensors), ``generate`` (greedy, every prompt; the outputs, the speculative counters' increase and the probe's
 records, written per rank), ``plant`` and ``quit``.  An error is answered as ``{"error": ...}`` and the engine
-stays up.  It ends its whole process group (the engine's workers included) when its driver goes away.
+stays up.  It ends its whole process group (the engine's workers included) whenever it ends itself, and when its
+driver goes away.
 """
 
 from __future__ import annotations
@@ -96,6 +97,18 @@ def serve(llm: Any, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    """Serve the driver's requests; however this ends (quit, the driver gone, an error), vLLM's processes end with it:
+    they are in this process group, and vLLM's own shutdown does not always reach them (a driver killed mid-run left
+    its engines' workers running)."""
+    try:
+        return serve_requests(argv)
+    finally:
+        sys.stdout.flush()
+        if os.getpgid(0) == os.getpid():  # started in a session of its own, as the driver starts it
+            os.killpg(0, signal.SIGKILL)
+
+
+def serve_requests(argv: list[str]) -> int:
     spec, out = json.loads(argv[0]), os.fdopen(int(argv[1]), "w", buffering=1)
     threading.Thread(target=orphan_watch, daemon=True).start()
 
@@ -119,7 +132,7 @@ def main(argv: list[str]) -> int:
             answer({"error": traceback.format_exc(limit=8)})
     answer({"bye": True})
     out.flush()
-    os._exit(0)  # vLLM's shutdown may wait on its workers; the driver ends the process group after this answer
+    return 0
 
 
 if __name__ == "__main__":
