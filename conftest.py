@@ -288,6 +288,7 @@ def kept_settings():
         yield run
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: unknown where it is off (-p no:xdist)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: a worker more than the CPUs.  A worker spends part of the run waiting: on the commands its tests
     start, on its rank processes, on the timeouts the hang tests wait out (measured on two cores: 6 % of the machine
