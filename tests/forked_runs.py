@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -243,6 +244,7 @@ def _child(request: dict, fds: list[int], closing: list[int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        tempfile.tempdir = None  # importing torch fixed it from the server's TMPDIR: read the command's, as at start
         sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - fd 0 for the process's life
         flag, what, *args = request["argv"]

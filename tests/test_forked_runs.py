@@ -41,10 +41,12 @@ def test_an_uncaught_exception_is_a_traceback_of_the_command_only():
     ], done.stderr
 
 
-def test_arguments_environment_and_directory_are_the_commands():
+def test_arguments_environment_and_directory_are_the_commands(tmp_path):
     code = "import os, sys; print(sys.argv[1:], os.environ['TPARGMAX_X'], os.getcwd(), 'torch' in sys.modules)"
     done = run([PY, "-c", code, "a", "b"], TPARGMAX_X="set")
     assert done.stdout == f"['a', 'b'] set {ROOT} True\n" and done.stderr == "", done
+    temp = run([PY, "-c", "import tempfile; print(tempfile.gettempdir())"], TMPDIR=str(tmp_path))
+    assert temp.stdout == f"{tmp_path}\n", temp  # the command's TMPDIR, though importing torch read the server's
     module = run([PY, "-m", "tpargmax", "--help"])
     assert module.returncode == 0 and module.stdout.startswith("usage: tpargmax"), module
 

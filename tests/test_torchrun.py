@@ -39,6 +39,7 @@ def two_nodes(*args: str) -> list[tuple[int, str]]:
     with tempfile.TemporaryDirectory(prefix="tpargmax-nodes-") as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TPARGMAX_")}
         env |= {"TPARGMAX_REPRO_DIR": os.path.join(tmp, "repro"), "TPARGMAX_DB": os.path.join(tmp, "examples")}
+        env["TMPDIR"] = tmp  # torchrun's agents leave their torchelastic_* folders there, not in /tmp
         nodes = []
         for host in (1, 0):  # the rendezvous host is node 0, as the first host of a real job
             launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
