@@ -34,7 +34,7 @@ from sharded.local_top_k import DEFAULT_TOPK_IMPLS, TOPK_BUILTINS
 
 SUBJECTS = ("impl", "topk_impl", "sampling_impl")  # the fixtures that hold an implementation under test
 pytest_plugins = ("properties.e2e.plugin",)  # --e2e: vLLM's engine end to end
-# Two xdist workers on two cores: one intra-op thread each keeps them from fighting.
+# xdist's workers share the cores (one more than there are: pytest_xdist_auto_num_workers): one intra-op thread each.
 torch.set_num_threads(1)
 
 

@@ -21,6 +21,10 @@ ENGINES = pytest.StashKey[EnginePool]()
 NEEDS_E2E = "vLLM's engine end to end runs with --e2e: tpargmax e2e"
 
 
+def is_e2e_module(path) -> bool:
+    return any(str(path).endswith(m) for m in MODULES)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("tpargmax")
     group.addoption(
@@ -61,7 +65,7 @@ def groups(config: pytest.Config) -> tuple[tuple[str, str], ...]:
 
 def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
     """The engine end to end is opt-in: without --e2e its modules are not even imported."""
-    if not config.getoption("e2e") and any(str(collection_path).endswith(m) for m in MODULES):
+    if not config.getoption("e2e") and is_e2e_module(collection_path):
         return True
     return None
 
@@ -102,7 +106,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         items[:] = sorted(items, key=lambda item: rank(item, chosen))
         return
     for item in items:
-        if any(str(item.path).endswith(m) for m in MODULES):
+        if is_e2e_module(item.path):
             item.add_marker(pytest.mark.skip(reason=NEEDS_E2E), append=False)
 
 

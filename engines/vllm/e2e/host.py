@@ -28,13 +28,20 @@ COUNTERS = {  # vLLM's speculative-decoding counters (LLM.get_metrics), by the n
 KV_CACHE_BYTES = 64 << 20  # a few thousand tokens of the tiny models' cache: plenty, and little memory
 
 
+def end_group() -> None:
+    """End this process group, vLLM's engine and workers with it, where the host leads it (the driver starts it in a
+    session of its own)."""
+    if os.getpgid(0) == os.getpid():
+        os.killpg(0, signal.SIGKILL)
+
+
 def orphan_watch() -> None:
     """End the process group if the driver dies: a stuck engine must not outlive the run."""
     parent = os.getppid()
     while True:
         time.sleep(1.0)
         if os.getppid() != parent:
-            os.killpg(0, signal.SIGKILL)
+            end_group()
 
 
 def engine(spec: dict[str, Any]) -> Any:
@@ -104,8 +111,7 @@ def main(argv: list[str]) -> int:
         return serve_requests(argv)
     finally:
         sys.stdout.flush()
-        if os.getpgid(0) == os.getpid():  # started in a session of its own, as the driver starts it
-            os.killpg(0, signal.SIGKILL)
+        end_group()
 
 
 def serve_requests(argv: list[str]) -> int:
