@@ -9,9 +9,18 @@ paths are tested.
 
 from __future__ import annotations
 
+import os
+import sys
+
+# A run is a hundred processes or so that import the project (xdist's workers, the rank pools' fork servers, the
+# commands the tests start), and pytest rewrites every test module in every worker.  Where PYTHONDONTWRITEBYTECODE
+# is set, as on many CI images, each compiled it all again: a tenth of a fresh clone's run.  So the run writes
+# bytecode to __pycache__ (ignored by git), for itself and for every process it starts, before importing the project.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 import gc
 import importlib
-import os
 import pkgutil
 import random
 

@@ -88,10 +88,8 @@ def run(cmd: list[str], *, fresh: bool = False, **env: str) -> subprocess.Comple
     neither litters the checkout nor depends on what earlier runs left there.
     """
     with tempfile.TemporaryDirectory(prefix="tpargmax-test-") as tmp:
-        # Commands write the modules they compile to __pycache__ (ignored by git), which every later one reads:
-        # with PYTHONDONTWRITEBYTECODE set, as on this machine, each compiled the project again.
         env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("TPARGMAX_") and k != "PYTHONDONTWRITEBYTECODE"},
+            **{k: v for k, v in os.environ.items() if not k.startswith("TPARGMAX_")},
             "TPARGMAX_REPRO_DIR": os.path.join(tmp, "repro"),
             "TPARGMAX_DB": os.path.join(tmp, "examples"),
             **env,

@@ -8,6 +8,7 @@ setup and timing code.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import subprocess
@@ -63,6 +64,13 @@ tests/test_power.py::test_planted[a case with spaces]:
 FAILED properties/test_top_k.py::test_top_k_exact[topk_pairs-gloo] - AssertionError: 2 passed in 1s
 ====== 1 failed, 5 passed, 1 skipped, 1 xfailed, 2 errors, 3 warnings in 12.34s (0:00:12) ======
 """
+
+
+def test_the_run_and_every_process_it_starts_write_bytecode():
+    """A fresh clone compiles the project once, not once per process: conftest turns bytecode writing back on where
+    PYTHONDONTWRITEBYTECODE had it off, before importing the project, here and (by the environment) in what it starts."""
+    assert not sys.dont_write_bytecode and "PYTHONDONTWRITEBYTECODE" not in os.environ
+    assert list((ROOT / "tests" / "__pycache__").glob(f"{Path(__file__).stem}.*-pytest-*.pyc")), "no rewritten copy"
 
 
 def test_the_output_gives_every_outcome_as_a_test_and_every_passing_line_as_examples():
