@@ -14,6 +14,7 @@ start) runs as an ordinary subprocess: :func:`popen` returns a :class:`subproces
 
 from __future__ import annotations
 
+import ast
 import atexit
 import io
 import json
@@ -247,6 +248,7 @@ def _child(request: dict, fds: list[int], closing: list[int]) -> None:
         tempfile.tempdir = None  # importing torch fixed it from the server's TMPDIR: read the command's, as at start
         sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - fd 0 for the process's life
+        _fork_server_in_waiting()
         flag, what, *args = request["argv"]
         if flag == "-m":
             sys.argv, sys.path[0] = [what, *args], request["cwd"]
@@ -279,6 +281,54 @@ def _child(request: dict, fds: list[int], closing: list[int]) -> None:
             except Exception:  # noqa: BLE001, S110 - a closed stream: nothing left to write
                 pass
         os._exit(code or 0)
+
+
+def _fork_server_call(args: list[str]) -> tuple[list[str], dict] | None:
+    """The preload and the keywords of the command by which :mod:`multiprocessing` starts its fork server, if
+    ``args`` is that command: ``python [flags] -c "from multiprocessing.forkserver import main; main(...)"``."""
+    if len(args) < 2 or args[-2] != "-c" or not args[-1].startswith("from multiprocessing.forkserver import main;"):
+        return None
+    call = ast.parse(args[-1]).body[-1].value
+    return ast.literal_eval(call.args[2]), ast.literal_eval(call.keywords[0].value)
+
+
+def _fork_server_in_waiting() -> None:
+    """Fork now, while this child has no thread, a copy that becomes :mod:`multiprocessing`'s fork server if the
+    command starts one (a rank pool does): the fork server would otherwise be a new interpreter that imports torch
+    again.  The copy has the command's environment and directory, as a fork server started by the command would;
+    it is the command's child, and it ends with the command's end if it was never called on."""
+    from multiprocessing import forkserver, util
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ours.close()
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a fork server does: it ends with its clients
+            message, fds, _, _ = socket.recv_fds(theirs, _MESSAGE, 2)
+            if message:
+                theirs.close()
+                preload, data = json.loads(message)
+                sys.path[0] = ""  # as for the ``-c`` command it stands in for
+                forkserver.main(*fds, preload, **data)
+        finally:
+            os._exit(0)
+    theirs.close()
+    spawn = util.spawnv_passfds
+
+    def spawnv_passfds(path: str, args: list[str], passfds: list[int]) -> int:
+        if (call := _fork_server_call(args)) is None:
+            return spawn(path, args, passfds)
+        util.spawnv_passfds = spawn  # one stand-in: a fork server started again is a new interpreter
+        try:
+            socket.send_fds(ours, [json.dumps(call).encode()], list(passfds))
+        except OSError:  # the copy is gone (a signal to the command's group): start one as multiprocessing does
+            return spawn(path, args, passfds)
+        finally:
+            ours.close()
+        return pid
+
+    util.spawnv_passfds = spawnv_passfds
 
 
 def _serve() -> None:

@@ -100,3 +100,23 @@ def test_children_run_at_once_read_through_a_pipe_in_their_own_session():
         second.stdout.close()
         first.send_signal(signal.SIGTERM)
         assert first.wait(30) == -signal.SIGTERM and first.stdout.read() == ""  # its end closed the pipe
+
+
+POOL = """
+from multiprocessing import forkserver
+from groups.pool import RankPool
+pool = RankPool(2)  # returns once both ranks joined their gloo group
+server = forkserver._forkserver._forkserver_pid
+with open(f"/proc/{server}/cmdline") as fh:
+    print(fh.read().split(chr(0))[1:3])
+with open(f"/proc/{pool.pids[0]}/stat") as fh:
+    print(int(fh.read().rsplit(")", 1)[1].split()[1]) == server)
+pool.close()
+"""
+
+
+def test_a_rank_pool_in_a_command_forks_its_fork_server_from_the_command_instead_of_importing_torch_again():
+    """The fork server is a copy of the command made before it ran, not a ``python -c ...forkserver...`` of its own;
+    the ranks are its children and join their group."""
+    done = run([PY, "-c", POOL])
+    assert done.returncode == 0 and done.stdout == "['-m', 'tests.forked_runs']\nTrue\n", done
