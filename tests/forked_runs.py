@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import atexit
+import contextlib
 import io
 import json
 import os
@@ -271,6 +272,7 @@ def _child(request: dict, fds: list[int], closing: list[int]) -> None:
     try:
         threading._shutdown()  # as the interpreter does at exit: wait for non-daemon threads, then atexit
         atexit._run_exitfuncs()
+        _end_fork_server_in_waiting()
     finally:
         if code is not None and not isinstance(code, int):
             print(code, file=sys.stderr)
@@ -292,34 +294,44 @@ def _fork_server_call(args: list[str]) -> tuple[list[str], dict] | None:
     return ast.literal_eval(call.args[2]), ast.literal_eval(call.keywords[0].value)
 
 
+_waiting: tuple[int, socket.socket] | None = None  # the copy of a forked command that waits to be its fork server
+
+
 def _fork_server_in_waiting() -> None:
     """Fork now, while this child has no thread, a copy that becomes :mod:`multiprocessing`'s fork server if the
     command starts one (a rank pool does): the fork server would otherwise be a new interpreter that imports torch
     again.  The copy has the command's environment and directory, as a fork server started by the command would;
     it is the command's child, and it ends with the command's end if it was never called on."""
+    import ctypes
     from multiprocessing import forkserver, util
 
+    global _waiting
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
         try:
             ours.close()
+            prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+            prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a command that ends abruptly takes it along
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a fork server does: it ends with its clients
             message, fds, _, _ = socket.recv_fds(theirs, _MESSAGE, 2)
             if message:
                 theirs.close()
+                prctl(1, 0)  # from here on a fork server, which ends as multiprocessing's own
                 preload, data = json.loads(message)
                 sys.path[0] = ""  # as for the ``-c`` command it stands in for
                 forkserver.main(*fds, preload, **data)
         finally:
             os._exit(0)
     theirs.close()
+    _waiting = (pid, ours)
     spawn = util.spawnv_passfds
 
     def spawnv_passfds(path: str, args: list[str], passfds: list[int]) -> int:
-        if (call := _fork_server_call(args)) is None:
+        global _waiting
+        if (call := _fork_server_call(args)) is None or _waiting is None:
             return spawn(path, args, passfds)
-        util.spawnv_passfds = spawn  # one stand-in: a fork server started again is a new interpreter
+        util.spawnv_passfds, _waiting = spawn, None  # one stand-in: a fork server started again is a new interpreter
         try:
             socket.send_fds(ours, [json.dumps(call).encode()], list(passfds))
         except OSError:  # the copy is gone (a signal to the command's group): start one as multiprocessing does
@@ -329,6 +341,16 @@ def _fork_server_in_waiting() -> None:
         return pid
 
     util.spawnv_passfds = spawnv_passfds
+
+
+def _end_fork_server_in_waiting() -> None:
+    """At the command's end: the copy it never called on ends first, so that nothing of the command outlives it."""
+    if _waiting is not None:
+        pid, ours = _waiting
+        ours.close()
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):  # the command may have reaped it itself
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
 
 
 def _serve() -> None:
