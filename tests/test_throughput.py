@@ -68,7 +68,7 @@ FAILED properties/test_top_k.py::test_top_k_exact[topk_pairs-gloo] - AssertionEr
 
 def test_the_run_and_every_process_it_starts_write_bytecode():
     """A fresh clone compiles the project once, not once per process: conftest turns bytecode writing back on where
-    PYTHONDONTWRITEBYTECODE had it off, before importing the project, here and (by the environment) in what it starts."""
+    PYTHONDONTWRITEBYTECODE had it off, before importing the project, here and (by the environment) in all it starts."""
     assert not sys.dont_write_bytecode and "PYTHONDONTWRITEBYTECODE" not in os.environ
     assert list((ROOT / "tests" / "__pycache__").glob(f"{Path(__file__).stem}.*-pytest-*.pyc")), "no rewritten copy"
 
