@@ -14,8 +14,9 @@ import sys
 
 # A run is a hundred processes or so that import the project (xdist's workers, the rank pools' fork servers, the
 # commands the tests start), and pytest rewrites every test module in every worker.  Where PYTHONDONTWRITEBYTECODE
-# is set, as on many CI images, each compiled it all again: a tenth of a fresh clone's run.  So the run writes
-# bytecode to __pycache__ (ignored by git), for itself and for every process it starts, before importing the project.
+# is set, as on many CI images, each compiled it all again (collecting the suite: 3.4 to 3.7 s of CPU without the
+# caches, 2.3 s with them, measured here).  So the run writes bytecode to __pycache__ (ignored by git), for itself
+# and for every process it starts, before importing the project.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 

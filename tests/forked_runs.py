@@ -329,7 +329,7 @@ def _fork_server_in_waiting() -> None:
 
     def spawnv_passfds(path: str, args: list[str], passfds: list[int]) -> int:
         global _waiting
-        if (call := _fork_server_call(args)) is None or _waiting is None:
+        if (call := _fork_server_call(args)) is None:
             return spawn(path, args, passfds)
         util.spawnv_passfds, _waiting = spawn, None  # one stand-in: a fork server started again is a new interpreter
         try:
