@@ -2,11 +2,17 @@
 
 A test that runs ``python -m pytest ...`` or ``python -m torch.distributed.run ...`` as a user would paid for
 importing torch each time: 2 to 3 s of CPU on a slow 2-core machine, most of such a run.  Here one server process
-per test process imports torch (and nothing of the project), and forks a child for each command: the child takes
-the command's environment, working directory, arguments and standard streams (the caller's own file descriptors,
-passed over a Unix socket: a pipe reads as it would from :class:`subprocess.Popen`), runs it as ``python -m`` or
-``python -c`` would, and exits with the command's status (``os._exit`` and signals included).  Hypothesis, pytest
-and the project are imported fresh in every child.  Several children may run at once (two torchrun launchers).
+per test process imports torch, pytest and Hypothesis (and nothing of the project), and forks a child for each
+command: the child takes the command's environment, working directory, arguments and standard streams (the caller's
+own file descriptors, passed over a Unix socket: a pipe reads as it would from :class:`subprocess.Popen`), runs it
+as ``python -m`` or ``python -c`` would, and exits with the command's status (``os._exit`` and signals included).
+The project is imported fresh in every child.  Several children may run at once (two torchrun launchers).
+
+Importing pytest and Hypothesis, and Hypothesis's search of the loaded modules for local constants (every torch
+module), cost a pytest command 0.3 of its 0.65 s of CPU before its first test (collecting tests/test_layout.py, on
+two cores).  What Hypothesis reads from the environment as it loads (``HYPOTHESIS_*``, the CI variables that pick
+its ``ci`` profile) is in :data:`_AT_START`; pytest's warning that it cannot rewrite the asserts of Hypothesis's
+modules, imported before it started, is left out (:func:`_preloaded_are_not_rewritten`).
 
 A command the server cannot reproduce exactly (another program, or an environment that changes how Python or torch
 start) runs as an ordinary subprocess: :func:`popen` returns a :class:`subprocess.Popen` for it, :func:`run` None.
@@ -30,8 +36,10 @@ import threading
 import time
 from pathlib import Path
 
-# Read when Python or torch start: a command that sets one of these differently runs as a plain subprocess.
-_AT_START = ("PYTHON", "TORCH", "OMP_", "MKL_", "CUDA", "LD_")
+from hypothesis._settings import _CI_VARS
+
+# Read when Python, torch or Hypothesis load: a command that sets one of these differently runs as a plain subprocess.
+_AT_START = ("PYTHON", "TORCH", "OMP_", "MKL_", "CUDA", "LD_", "HYPOTHESIS", *_CI_VARS)
 _APPLIED = {"PYTHONDONTWRITEBYTECODE"}  # the child sets it itself
 _MESSAGE = 1 << 20  # a request (argv and environment) fits in one datagram of this size
 
@@ -249,6 +257,7 @@ def _child(request: dict, fds: list[int], closing: list[int]) -> None:
         tempfile.tempdir = None  # importing torch fixed it from the server's TMPDIR: read the command's, as at start
         sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - fd 0 for the process's life
+        _preloaded_are_not_rewritten()
         _fork_server_in_waiting()
         flag, what, *args = request["argv"]
         if flag == "-m":
@@ -283,6 +292,23 @@ def _child(request: dict, fds: list[int], closing: list[int]) -> None:
             except Exception:  # noqa: BLE001, S110 - a closed stream: nothing left to write
                 pass
         os._exit(code or 0)
+
+
+def _preloaded_are_not_rewritten() -> None:
+    """pytest rewrites the asserts of its plugins' modules as it imports them, and warns of one imported before it
+    started: Hypothesis's, which the server imported.  A command run fresh prints no such warning, so this one does
+    not either (no assert of Hypothesis's plugin ever fails)."""
+    from _pytest.assertion.rewrite import AssertionRewritingHook
+
+    warn = getattr(AssertionRewritingHook, "_warn_already_imported", None)
+    if warn is None:  # another pytest: its warning stays
+        return
+
+    def unless_preloaded(self: AssertionRewritingHook, name: str) -> None:
+        if not name.startswith(("hypothesis", "_hypothesis")):
+            warn(self, name)
+
+    AssertionRewritingHook._warn_already_imported = unless_preloaded
 
 
 def _fork_server_call(args: list[str]) -> tuple[list[str], dict] | None:
@@ -355,7 +381,13 @@ def _end_fork_server_in_waiting() -> None:
 
 def _serve() -> None:
     """Fork a child for each request on the socket (fd 0); report each start and each end on it."""
-    import torch  # noqa: F401 - the point: imported here once, not in every command
+    # the point: imported here once, not in every command
+    import _hypothesis_pytestplugin  # noqa: F401 - loaded first by every pytest command
+    import pytest  # noqa: F401
+    import torch  # noqa: F401
+    from hypothesis.internal.conjecture.providers import _get_local_constants
+
+    _get_local_constants()  # Hypothesis's first look at every loaded module (none of them the project's)
 
     sock = socket.socket(fileno=0)
     woken, wake = os.pipe()

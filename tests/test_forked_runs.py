@@ -61,6 +61,19 @@ def test_what_changes_how_python_starts_runs_as_a_plain_subprocess(tmp_path):
     env = dict(os.environ)
     assert forked_runs.run([PY, "-c", "pass"], {**env, "PYTHONPATH": str(tmp_path)}, ROOT, 10, tmp_path) is None
     assert forked_runs.run([PY, "scripts/gpu_check"], env, ROOT, 10, tmp_path) is None
+    other_ci = "false" if env.get("GITHUB_ACTIONS") == "true" else "true"
+    for read_by_hypothesis in ({"HYPOTHESIS_NO_PLUGINS": "1"}, {"GITHUB_ACTIONS": other_ci}):  # as it loads
+        assert forked_runs.run([PY, "-c", "pass"], {**env, **read_by_hypothesis}, ROOT, 10, tmp_path) is None
+
+
+def test_a_pytest_command_finds_hypothesis_loaded_and_says_what_a_fresh_one_says():
+    """The server imported Hypothesis: pytest, which would rewrite its plugin's asserts, prints no warning that it
+    could not."""
+    code = "import sys; print('hypothesis' in sys.modules, 'properties' in sys.modules)"
+    assert run([PY, "-c", code]).stdout == "True False\n"
+    args = ["-p", "no:xdist", "-q", "tests/test_layout.py", "-k", "padding_only", "-W", "error"]
+    done = run([PY, "-m", "pytest", *args])
+    assert done.returncode == 0 and "warning" not in done.stdout.lower(), done.stdout[-3000:]
 
 
 def test_the_server_starts_as_this_process_did_whatever_the_first_command_asks(tmp_path, monkeypatch):
