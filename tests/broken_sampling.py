@@ -26,10 +26,35 @@ from reference.sampling import (
     top_p_mask,
 )
 from reference.topk import top_k_ids
+from sharded.group import TPGroup
 from sharded.keys import encode_keys
 from sharded.layout import ShardLayout, every_rank
 from sharded.local_argmax import checked_shard_logits, token_logits
-from sharded.local_sampling import classic_sampling, gathered_logits, gumbel_pairs_with, shard_tokens
+from sharded.local_sampling import gathered_logits, gumbel_pairs_with, shard_tokens
+
+
+def from_rank_0(group: TPGroup, answer, batch: int, width: int, device) -> tuple[torch.Tensor, ...]:
+    """``answer()``'s (tokens ``[B]``, log-probs ``[B, 2]``, kept ids ``[B, width]``), computed on rank 0 alone and
+    handed to every rank by one all_gather of float64 words (ids below 2**53 and float32 values travel exactly):
+    what every rank would compute alike from the words it gathered is computed once (a broken sampler's traffic is
+    nobody's measure; the built-ins draw on every rank)."""
+    words = torch.zeros(batch, 3 + width, dtype=torch.float64, device=device)
+    if group.rank == 0:
+        tokens, log_probs, kept = answer()
+        words = torch.cat([tokens.unsqueeze(1).double(), log_probs.float().double(), kept.double()], dim=1)
+    words = group.all_gather(words)[0]
+    return words[:, 0].long(), words[:, 1:3].float(), words[:, 3:].long()
+
+
+def _classic_once(group: TPGroup, draft, sampling: SamplingParams, d2t, target_vocab, noise=gumbel_noise):
+    """The classic sampler over the gathered draft logits, as the built-ins' classic path draws, on rank 0 alone."""
+    width = draft.shape[1] if target_vocab is None else target_vocab
+
+    def answer():
+        sample = classic_sample(draft, sampling, d2t, target_vocab, noise)
+        return sample.tokens, sample.log_probs, torch.where(sample.kept, torch.arange(width), -1)
+
+    return from_rank_0(group, answer, draft.shape[0], width, draft.device)
 
 
 def _sample(
@@ -94,35 +119,41 @@ def _sample(
     )
     every = group.all_gather(rows)  # [tp, 4, B, width]
     lse = group.all_gather(owner_lse)  # [tp, B]
-    xs, gs, raws, tid = (every[:, i].permute(1, 0, 2).reshape(x.shape[0], -1) for i in range(4))
-    walk = _walk(tid, rank_order, largest_first)
-    v, n, r, ids = xs.float().gather(1, walk), gs.gather(1, walk).float(), raws.gather(1, walk), tid.gather(1, walk)
-    chosen_on = v + n if noise_first else v
-    sampled = ~greedy
-    by_k = _on_rows(top_k_mask, sampled & (sampling.top_k > 0), chosen_on, sampling.top_k)  # the rest keep all
-    if exact_k:  # the first k by value, ties by position: the rest dropped
-        for row in sampled.nonzero().flatten().tolist():
-            if 0 < (k := int(sampling.top_k[row])) < v.shape[1]:
-                by_k[row] = torch.zeros_like(by_k[row]).index_fill_(0, top_k_ids(chosen_on[row : row + 1], k)[0], True)
-    p = torch.ones_like(sampling.top_p) if ignore_top_p else torch.where(sampled, sampling.top_p, 1.0)  # 1: off
-    kept = _nucleus(chosen_on, by_k, p, top_p_rule)
-    score = (r.float() + n) / t if temperature_after else v + n
-    score = torch.where(greedy.unsqueeze(1), v, score)
-    if nan_loses:  # a max that compares with ``>``: a NaN never beats anything
-        score = score.masked_fill(score.isnan(), -math.inf)
-    best = score.masked_fill(~kept, -math.inf).argmax(dim=1, keepdim=True)
-    token = ids.gather(1, best)
-    raw_lp = r.gather(1, best)[:, 0] - torch.logsumexp(lse, dim=0)  # every rank's tokens, the unsent candidates too
-    if shard_log_prob:  # normalised by the owner rank's own log-sum-exp
-        owner = (every[:, 3] == token).any(dim=2).int().argmax(dim=0)
-        raw_lp = r.gather(1, best)[:, 0] - lse[owner, torch.arange(lse.shape[1])]
-    reported = by_k if report_before_top_p else kept  # top-k's set, not the nucleus
-    processed = torch.log_softmax(v.double().masked_fill(~reported, -math.inf), dim=1).gather(1, best)[:, 0]
-    log_probs = torch.stack([raw_lp, torch.where(greedy, raw_lp, processed)], dim=1)
-    mine = torch.where(greedy.unsqueeze(1), torch.zeros_like(reported).scatter_(1, best, True), reported)
-    slot = torch.where(mine, mine.cumsum(dim=1) - 1, xs.shape[1])  # each row's ids in walk order; the rest to a spare
-    kept_ids = torch.full((xs.shape[0], xs.shape[1] + 1), -1, dtype=torch.int64).scatter_(1, slot, ids.long())
-    return token[:, 0].long(), log_probs.float(), kept_ids[:, :-1].contiguous(), ()
+    batch, columns = x.shape[0], every.shape[0] * every.shape[3]
+
+    def answer():  # what every rank would compute alike from the gathered words
+        xs, gs, raws, tid = (every[:, i].permute(1, 0, 2).reshape(x.shape[0], -1) for i in range(4))
+        walk = _walk(tid, rank_order, largest_first)
+        v, n, r, ids = xs.float().gather(1, walk), gs.gather(1, walk).float(), raws.gather(1, walk), tid.gather(1, walk)
+        chosen_on = v + n if noise_first else v
+        sampled = ~greedy
+        by_k = _on_rows(top_k_mask, sampled & (sampling.top_k > 0), chosen_on, sampling.top_k)  # the rest keep all
+        if exact_k:  # the first k by value, ties by position: the rest dropped
+            for row in sampled.nonzero().flatten().tolist():
+                if 0 < (k := int(sampling.top_k[row])) < v.shape[1]:
+                    top = top_k_ids(chosen_on[row : row + 1], k)[0]
+                    by_k[row] = torch.zeros_like(by_k[row]).index_fill_(0, top, True)
+        p = torch.ones_like(sampling.top_p) if ignore_top_p else torch.where(sampled, sampling.top_p, 1.0)  # 1: off
+        kept = _nucleus(chosen_on, by_k, p, top_p_rule)
+        score = (r.float() + n) / t if temperature_after else v + n
+        score = torch.where(greedy.unsqueeze(1), v, score)
+        if nan_loses:  # a max that compares with ``>``: a NaN never beats anything
+            score = score.masked_fill(score.isnan(), -math.inf)
+        best = score.masked_fill(~kept, -math.inf).argmax(dim=1, keepdim=True)
+        token = ids.gather(1, best)
+        raw_lp = r.gather(1, best)[:, 0] - torch.logsumexp(lse, dim=0)  # every rank's tokens, the unsent candidates too
+        if shard_log_prob:  # normalised by the owner rank's own log-sum-exp
+            owner = (every[:, 3] == token).any(dim=2).int().argmax(dim=0)
+            raw_lp = r.gather(1, best)[:, 0] - lse[owner, torch.arange(lse.shape[1])]
+        reported = by_k if report_before_top_p else kept  # top-k's set, not the nucleus
+        processed = torch.log_softmax(v.double().masked_fill(~reported, -math.inf), dim=1).gather(1, best)[:, 0]
+        log_probs = torch.stack([raw_lp, torch.where(greedy, raw_lp, processed)], dim=1)
+        mine = torch.where(greedy.unsqueeze(1), torch.zeros_like(reported).scatter_(1, best, True), reported)
+        slot = torch.where(mine, mine.cumsum(dim=1) - 1, xs.shape[1])  # ids in walk order; the rest to a spare
+        kept_ids = torch.full((xs.shape[0], xs.shape[1] + 1), -1, dtype=torch.int64).scatter_(1, slot, ids.long())
+        return token[:, 0].long(), log_probs, kept_ids[:, :-1]
+
+    return (*from_rank_0(group, answer, batch, columns, x.device), ())
 
 
 def _on_rows(
@@ -235,8 +266,10 @@ def _gathered_with(name: str, doc: str, change):
     mask or noise key done wrong, the rest exact (and fast: the draw is vectorised)."""
 
     def impl(hidden, weight, bias, layout, *, sampling, scale=1.0, soft_cap=None, d2t=None, group):
-        given = {"scale": scale, "soft_cap": soft_cap, "d2t": d2t, "group": group}
-        return classic_sampling(hidden, weight, bias, layout, sampling=change(sampling), **given)
+        changed = change(sampling)
+        logits, _, _ = shard_tokens(hidden, weight, bias, layout, scale, soft_cap, d2t, changed)
+        draft, target_vocab = gathered_logits(logits, layout, group, d2t)
+        return (*_classic_once(group, draft, changed, d2t, target_vocab), ("",) * draft.shape[0])
 
     impl.__name__ = impl.__qualname__ = name
     impl.__doc__ = doc
@@ -292,10 +325,12 @@ def _position_keys(x: torch.Tensor, layout: ShardLayout, d2t) -> torch.Tensor:
 def _by_position(hidden, weight, bias, layout, *, sampling, scale=1.0, soft_cap=None, d2t=None, group):
     logits, _, _ = shard_tokens(hidden, weight, bias, layout, scale, soft_cap, d2t, sampling)
     draft, target_vocab = gathered_logits(logits, layout, group, d2t)
-    keys = _position_keys(scaled(target_logits(draft, d2t, target_vocab)[0], sampling), layout, d2t)
-    sample = classic_sample(draft, sampling, d2t, target_vocab, lambda seeds, _ids: gumbel_noise(seeds, keys))
-    kept = torch.where(sample.kept, torch.arange(sample.kept.shape[1]), -1)
-    return sample.tokens, sample.log_probs.float(), kept, ()
+
+    def noise(seeds: torch.Tensor, _ids: torch.Tensor) -> torch.Tensor:
+        x = scaled(target_logits(draft, d2t, target_vocab)[0], sampling)
+        return gumbel_noise(seeds, _position_keys(x, layout, d2t))
+
+    return (*_classic_once(group, draft, sampling, d2t, target_vocab, noise), ())
 
 
 def _keyed_by_position(name: str, doc: str):
