@@ -101,9 +101,12 @@ class SamplingParams:
         if isinstance(self.vocab, bool) or not isinstance(self.vocab, int) or self.vocab < 0:
             raise InvalidInput(f"sampling vocab must be an int >= 0 (0: not given), got {self.vocab!r}")
 
-    def to(self, device: torch.device | str) -> SamplingParams:
+    def to(self, device: torch.device | str, copy: bool = False) -> SamplingParams:
+        """On ``device``; ``copy``: new tensors even where they are there already (a sampler may write into them)."""
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
-        return SamplingParams(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in moved.items()})
+        return SamplingParams(
+            **{k: v.to(device, copy=copy) if isinstance(v, torch.Tensor) else v for k, v in moved.items()}
+        )
 
     def rows(self, rows: list[int]) -> SamplingParams:
         return SamplingParams(

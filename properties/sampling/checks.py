@@ -133,7 +133,7 @@ def run_with(impl: Impl, inputs: Inputs, params: SamplingParams, prop: str) -> D
     """:func:`run_sampler` with the parameters given."""
 
     def tweak(kw: dict) -> dict:
-        return {**kw, "sampling": params.to(rank_device(inputs.device, kw["layout"].rank))}
+        return {**kw, "sampling": params.to(rank_device(inputs.device, kw["layout"].rank), copy=True)}
 
     results = run_valid(impl, inputs, prop, tweak)
     batch = inputs.case.batch

@@ -127,7 +127,7 @@ def draw_all(impl: Impl, inputs: Inputs, dist: DistributionCase, mates: bool, pr
         vocab = answer(inputs).target_logits[0].shape[1]
         rows, chunk = draw_params(dist, range(start, min(start + step, dist.draws)), mates, vocab)
         part = inputs.with_rows(rows)
-        where = lambda kw, chunk=chunk: {**kw, "sampling": chunk.to(rank_device(inputs.device, kw["layout"].rank))}  # noqa: E731
+        where = lambda kw, c=chunk: {**kw, "sampling": c.to(rank_device(inputs.device, kw["layout"].rank), copy=True)}  # noqa: E731
         drawn = unpack(run_valid(impl, part, prop, where)[0])
         got = drawn.tokens.cpu() if drawn is not None and isinstance(drawn.tokens, torch.Tensor) else None
         if got is None or got.shape != (len(rows),):
