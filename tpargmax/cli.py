@@ -111,9 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
     summary.set_defaults(run=lambda args: _lazy("tpargmax.fuzz_summary", "main")(args))
 
     vllm = commands.add_parser(
-        "install-vllm", help=f"install vLLM {VLLM_VERSION} (CPU) into this venv, for the vLLM tests"
+        "install-vllm", help=f"install vLLM {VLLM_VERSION} (CPU) into this venv, or a later release into its own"
     )
     vllm.add_argument("--dry-run", action="store_true", help="print the commands without running them")
+    vllm.add_argument(
+        "--version",
+        default=VLLM_VERSION,
+        type=lambda v: _lazy("tpargmax.install_vllm", "check_version")(v),
+        help=f"the release (default {VLLM_VERSION}, into this venv; 0.33.0 into .venv-vllm-0.33.0)",
+    )
     vllm.set_defaults(run=lambda args: _lazy("tpargmax.install_vllm", "install_vllm")(args))
 
     sglang = commands.add_parser(
