@@ -97,12 +97,18 @@ def gathered_logits(logits, layout: ShardLayout, group: TPGroup, d2t) -> tuple[t
     return draft, None if d2t is None else int(check_d2t(d2t, layout.vocab).max()) + 1
 
 
-def gathered_sample(logits, layout: ShardLayout, group: TPGroup, d2t, sampling: SamplingParams, noise=gumbel_noise):
-    """The fallback: gather every logit and run the classic sampler (reference.sampling) over them, on every rank."""
-    draft, target_vocab = gathered_logits(logits, layout, group, d2t)
+def classic_answer(draft, sampling: SamplingParams, d2t, target_vocab, noise=gumbel_noise):
+    """The classic sampler (reference.sampling) over gathered draft logits, as a sampler answers: tokens, float32
+    log-probs, kept ids (-1: none)."""
     sample = classic_sample(draft, sampling, d2t, target_vocab, noise)
-    kept = torch.where(sample.kept, torch.arange(sample.kept.shape[1], device=logits.device), -1)
+    kept = torch.where(sample.kept, torch.arange(sample.kept.shape[1], device=draft.device), -1)
     return sample.tokens, sample.log_probs.float(), kept
+
+
+def gathered_sample(logits, layout: ShardLayout, group: TPGroup, d2t, sampling: SamplingParams, noise=gumbel_noise):
+    """The fallback: gather every logit and run the classic sampler over them, on every rank."""
+    draft, target_vocab = gathered_logits(logits, layout, group, d2t)
+    return classic_answer(draft, sampling, d2t, target_vocab, noise)
 
 
 def gumbel_pairs_with(noise: Noise, name: str = "gumbel_pairs"):

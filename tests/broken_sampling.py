@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 import torch
 
 from reference.sampling import (
     SamplingParams,
-    classic_sample,
     gumbel_noise,
     has_probabilities,
     scaled,
@@ -30,7 +30,7 @@ from sharded.group import TPGroup
 from sharded.keys import encode_keys
 from sharded.layout import ShardLayout, every_rank
 from sharded.local_argmax import checked_shard_logits, token_logits
-from sharded.local_sampling import gathered_logits, gumbel_pairs_with, shard_tokens
+from sharded.local_sampling import classic_answer, gathered_logits, gumbel_pairs_with, shard_tokens
 
 
 def from_rank_0(group: TPGroup, answer, batch: int, width: int, device) -> tuple[torch.Tensor, ...]:
@@ -49,11 +49,7 @@ def from_rank_0(group: TPGroup, answer, batch: int, width: int, device) -> tuple
 def _classic_once(group: TPGroup, draft, sampling: SamplingParams, d2t, target_vocab, noise=gumbel_noise):
     """The classic sampler over the gathered draft logits, as the built-ins' classic path draws, on rank 0 alone."""
     width = draft.shape[1] if target_vocab is None else target_vocab
-
-    def answer():
-        sample = classic_sample(draft, sampling, d2t, target_vocab, noise)
-        return sample.tokens, sample.log_probs, torch.where(sample.kept, torch.arange(width), -1)
-
+    answer = partial(classic_answer, draft, sampling, d2t, target_vocab, noise)
     return from_rank_0(group, answer, draft.shape[0], width, draft.device)
 
 
