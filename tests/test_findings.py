@@ -14,6 +14,7 @@ import pytest
 from engines import sampling_page
 from engines.findings import failure_key
 from engines.tpu_inference import findings as tpu_inference_findings
+from engines.vllm import release_0_33_0
 from engines.vllm.findings import FINDINGS, PAGE
 from tests.suite import ROOT
 from tpargmax import findings_page
@@ -21,6 +22,7 @@ from tpargmax.report_page import _failures
 
 PAGES = {
     PAGE: FINDINGS,
+    release_0_33_0.PAGE: release_0_33_0.FINDINGS,
     sampling_page.PAGE: sampling_page.FINDINGS,
     tpu_inference_findings.PAGE: tpu_inference_findings.FINDINGS,
 }

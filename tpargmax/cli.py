@@ -170,8 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--page",
         choices=("vllm", "sampling", "tpu-inference"),
         default="vllm",
-        help="which page: vLLM's argmax and top-k (default), the engines' samplers (docs/conformance/sampling.md), "
-        f"or tpu-inference's sampler ({TPU_INFERENCE_PAGE}.md)",
+        help="which page: vLLM's argmax and top-k, for the installed vLLM release (default), the engines' samplers "
+        f"(docs/conformance/sampling.md), or tpu-inference's sampler ({TPU_INFERENCE_PAGE}.md)",
     )
     rpt.add_argument("--out", help="write the Markdown page here, and its JSON beside it (default: print)")
     rpt.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
@@ -185,7 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rpt.add_argument("--examples", type=int, default=120, help="--max-examples per property (default %(default)s)")
     rpt.add_argument(
-        "--repro-dir", help=f"where failures' repro files go (default: repro/vllm-{VLLM_VERSION}, or repro/sampling)"
+        "--repro-dir",
+        help="where failures' repro files go (default: repro/vllm-RELEASE for the installed vLLM release, "
+        f"{VLLM_VERSION} without one, or repro/sampling)",
     )
     rpt.add_argument("--row-timeout", type=float, default=900.0, help="seconds one row may take (default %(default)s)")
     rpt.set_defaults(run=lambda args: _lazy("tpargmax.report", "report")(args))

@@ -24,15 +24,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engines.versions import TPU_INFERENCE_VERSION, VLLM_VERSION
+from engines.versions import TPU_INFERENCE_VERSION, VLLM_RELEASES, VLLM_VERSION, installed_vllm
 from properties.harness.profiles import BACKEND_SHARE
-from tpargmax import findings_page, report_e2e
+from tpargmax import findings_page, release_changes, report_e2e
 from tpargmax.report_json import read_report
 from tpargmax.report_page import render
 from tpargmax.report_subjects import (
     FINDINGS,
     SAMPLING_FINDINGS,
     TPU_FINDINGS,
+    VLLM_FINDINGS,
     Run,
     Subject,
     model_runs,
@@ -44,7 +45,8 @@ from tpargmax.report_subjects import (
 ROOT = Path(__file__).resolve().parent.parent
 E2E_TIMEOUT = 3 * 3600.0  # the end-to-end run: 27 min measured on 2 cores
 DEFAULT_EXAMPLES = 120  # per property before the gloo share (1/4): 30 generated examples, plus the pinned ones
-# what each page runs: its title, findings, where its repro files go and the packages its header lists
+# what each page runs: its title, findings, where its repro files go and the packages its header lists (vLLM's page is
+# the installed release's: page_spec)
 PAGES = {
     "vllm": (f"vLLM {VLLM_VERSION} conformance", FINDINGS, f"repro/vllm-{VLLM_VERSION}", ()),
     "sampling": ("The engines' samplers under test", SAMPLING_FINDINGS, "repro/sampling", ("triton", "sglang")),
@@ -56,6 +58,18 @@ PAGES = {
     ),
 }
 RUNS = {"sampling": sampling_runs, "tpu-inference": tpu_inference_runs}
+
+
+def page_spec(page: str) -> tuple[str, str, str, tuple[str, ...]]:
+    """:data:`PAGES`' entry for ``page``; vLLM's for the release installed here (its title, its findings, its repro
+    folder, and the CUDA wheel's distribution in the header where the release has no CPU wheel), or a ValueError
+    naming a release the suite does not know."""
+    release = installed_vllm() or VLLM_VERSION
+    if page != "vllm" or release == VLLM_VERSION:
+        return PAGES[page]
+    if release not in VLLM_RELEASES:
+        raise ValueError(f"vLLM {release} is installed, and this suite knows {', '.join(VLLM_RELEASES)}")
+    return (f"vLLM {release} conformance", VLLM_FINDINGS[release], f"repro/vllm-{release}", ("vllm",))
 
 
 PYTEST = (sys.executable, "-m", "pytest")
@@ -173,7 +187,7 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
 
     started = time.monotonic()
     page = getattr(args, "page", "vllm")
-    title, findings, default_repro, packages = PAGES[page]
+    title, findings, default_repro, packages = page_spec(page)
     runs, classes, refusal = RUNS.get(page, static_runs)(), [], {}
     has_vllm = vllm_available()
     if has_vllm and page == "vllm":
@@ -231,7 +245,11 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
             else:
                 data["rows"].append({**row, "cells": {}, "skipped": why_not[subject]})
     data["rows"] = beside(data["rows"])
-    if page == "vllm" and has_vllm and (not args.rows or any(p in report_e2e.ROW for p in args.rows)):
+    previous = findings_page.load(data).previous if page == "vllm" else ""
+    if previous and has_vllm and not args.rows:  # what became of the previous release's causes, from this wheel
+        data["changes"] = release_changes.measure(findings_page.load({"findings": previous}), ROOT, log)
+    ends = page == "vllm" and has_vllm and not release_changes.lacks()  # an engine that runs here
+    if ends and (not args.rows or any(p in report_e2e.ROW for p in args.rows)):
         log(f"[{report_e2e.ROW}] vLLM's engine, speculative decoding: tpargmax e2e and the causes' engine scripts")
         repro_dir = Path(args.repro_dir or default_repro) / "e2e"
         data["end_to_end"] = report_e2e.run(
@@ -292,6 +310,8 @@ def report(args: argparse.Namespace) -> int:
     saved = args.render or getattr(args, "merge", None)
     try:
         base = read_report(saved) if saved else None  # checked before anything runs
+        if not args.render:
+            page_spec(getattr(args, "page", "vllm"))  # a vLLM release the suite does not know
     except ValueError as exc:
         print(f"tpargmax report: {exc}", file=sys.stderr)
         return 2

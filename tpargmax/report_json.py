@@ -16,13 +16,15 @@ from properties.repro.reader import one_line, read_json
 
 MAX_REPORT_BYTES = 64 * 2**20  # the committed vLLM report is about 1 MiB
 # the findings a page may name: the project's own, then the names reports recorded before their modules moved
-# (``engines.sampling_findings``: loaded through ``sharded.impls.MOVED``); a new report names the first three
+# (``engines.sampling_findings``: loaded through ``sharded.impls.MOVED``); a new report names the first three, or for a
+# later vLLM release its own (``report_subjects.VLLM_FINDINGS``)
 FINDINGS = (
     "engines.vllm.findings:FINDINGS",
     "engines.sampling_page:FINDINGS",
     "engines.tpu_inference.findings:FINDINGS",
     "engines.sampling_findings:FINDINGS",
     "engines.tpu_inference_findings:FINDINGS",
+    "engines.vllm.release_0_33_0:FINDINGS",
 )
 OUTCOMES = ("passed", "failed", "skipped")
 OPTIONS = ("--impl", "--topk-impl", "--sampling-impl")
@@ -47,6 +49,13 @@ class Map:
         self.value = value
 
 
+class Nullable:
+    """``value``, or null."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
 LINE, MAYBE = Text(), Text(optional=True)
 FAILURE = {"rule": LINE, "?details": [LINE], "?case": MAYBE, "?repro_file": MAYBE, "?property": MAYBE, "?replay": MAYBE}
 CELL = {"outcome": OneOf(*OUTCOMES), "failures": [FAILURE], "skip_reason": MAYBE}
@@ -63,6 +72,8 @@ ROW = {
 CLASS = {"name": LINE, "module": LINE, "methods": [LINE], "how": LINE, "confirmed": LINE, "tested": LINE}
 SCRIPT = {"exit": int, "output": [LINE]}
 END_TO_END = {"command": LINE, "cells": Map(Map(CELL)), "scripts": Map(SCRIPT)}
+CHANGE = {"?evidence": [{"quote": LINE, "line": Nullable(int)}], "?script": {"exit": Nullable(int), "line": Text()}}
+CHANGES = {"since": LINE, "release": MAYBE, "lacks": Map(LINE), "causes": Map(CHANGE)}  # tpargmax.release_changes
 REPORT = {
     "title": LINE,
     "command": LINE,
@@ -74,6 +85,7 @@ REPORT = {
     "?refusal": Map(LINE),
     "rows": [ROW],
     "?end_to_end": END_TO_END,
+    "?changes": CHANGES,
 }
 
 
@@ -114,6 +126,9 @@ def _check(value: object, spec: object, where: str) -> None:
         for key, item in value.items():
             _check(key, LINE, f"a key of {where}")
             _check(item, spec.value, f"{where}.{key}")
+    elif isinstance(spec, Nullable):
+        if value is not None:
+            _check(value, spec.value, where)
     elif isinstance(spec, OneOf):
         if value not in spec.choices or isinstance(value, bool):
             raise ValueError(f"{where} must be one of {spec.choices}, got {shown(value)}")

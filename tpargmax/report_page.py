@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from engines.findings import replay_env
-from tpargmax import findings_page, report_e2e
+from tpargmax import findings_page, release_changes, report_e2e
 
 LABELS = {
     "test_token_exact": "token-exact",
@@ -110,6 +110,9 @@ def render(data: dict[str, Any]) -> str:
         "Hypothesis's shrunk one, or the pinned edge case that failed first (pinned cases run before any other).",
         "",
     ]
+    previous = release_changes.previous_of(findings) if findings and data.get("changes") else None
+    if previous:
+        out += release_changes.section(data, failures, findings, previous)
     if findings:
         out += findings_page.section(data, failures, findings, claims)
     not_run = [row for row in data["rows"] if row.get("skipped")]

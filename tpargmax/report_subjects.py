@@ -78,6 +78,7 @@ class Run:
 FINDINGS = SHIPPED_FINDINGS[0]
 SAMPLING_FINDINGS = SHIPPED_FINDINGS[1]
 TPU_FINDINGS = SHIPPED_FINDINGS[2]
+VLLM_FINDINGS = {"0.32.0": FINDINGS, "0.33.0": SHIPPED_FINDINGS[5]}  # each vLLM release's page claims with its own
 CORRECTED = "engines.vllm.corrected"
 CORRECTED_KIND = ", corrected"
 FIXED_ARGMAX = f"{CORRECTED}:vllm"  # a corrected top-k's top-1 is compared with the corrected argmax

@@ -20,7 +20,8 @@ from string import Template
 
 import torch
 
-from engines.vllm import shm
+from engines.versions import VLLM_VERSION
+from engines.vllm import release_0_33_0, shm
 from engines.vllm import standalone as templates
 from engines.vllm.findings import FINDINGS
 from properties.cases.case import Case
@@ -28,6 +29,7 @@ from properties.cases.tensors import build
 from properties.repro.records import load
 
 ROOT = Path(__file__).resolve().parent.parent
+BY_RELEASE = {VLLM_VERSION: FINDINGS, release_0_33_0.RELEASE: release_0_33_0.FINDINGS}  # a script's cause is there
 WIDTH = 120  # the project's line length: the scripts pass its ruff check
 
 
@@ -47,7 +49,7 @@ class Source:
 def source(script: templates.Script, root: Path = ROOT) -> Source:
     """The case of ``script``: its repro file's tensors, or its case's, or (``data``) only its sizes."""
     if script.repro:
-        path = f"{templates.REPRO_DIRECTORY}/{script.repro}.json"
+        path = f"{templates.repro_directory(script.release)}/{script.repro}.json"
         record, inputs = load(root / path)
         k = record.get("extra", {}).get("k", script.k)
         text = f"Case: {record['case']}{f', k={k}' if k else ''}, from {path}."
@@ -154,7 +156,7 @@ def reductions(script: templates.Script, src: Source) -> str:
 
 def render(script: templates.Script, root: Path = ROOT) -> str:
     """The text of ``script``'s file."""
-    cause = next(c for c in FINDINGS.causes if c.id == script.cause)
+    cause = next(c for c in BY_RELEASE[script.release].causes if c.id == script.cause)
     kind = templates.KINDS[script.kind]
     src = source(script, root)
     tp = script.tp or src.tp
@@ -165,7 +167,11 @@ def render(script: templates.Script, root: Path = ROOT) -> str:
         ident = 'f"{store}-{r}"'
         ident_comment = "# a name per rank: no shared-memory communicator; collectives go through gloo"
     unjudged = templates.SHM_UNJUDGED if kind.shared_memory else ""
-    intro = Template(templates.INTRO).substitute(stem=script.stem, tp=tp, call=kind.call, unjudged=unjudged)
+    unjudged += templates.LATER_UNJUDGED if script.release != VLLM_VERSION else ""
+    runs_with, not_installed = templates.who(script.release)
+    intro = Template(templates.INTRO).substitute(
+        who=runs_with, stem=script.stem, tp=tp, call=kind.call, unjudged=unjudged
+    )
     paragraphs = [f"{cause.id}: {cause.title}.", intro, src.text + reductions(script, src), script.note]
     doc = "\n\n".join(_docstring_lines(text) for text in paragraphs if text)
     return templates.SCRIPT.substitute(
@@ -179,17 +185,26 @@ def render(script: templates.Script, root: Path = ROOT) -> str:
         ident_comment=ident_comment,
         agree=kind.agree,
         unjudged=templates.UNJUDGED,
-        **preconditions(kind),
+        not_installed=not_installed,
+        **preconditions(kind, script.release),
     )
 
 
-def preconditions(kind: templates.Kind) -> dict[str, str]:
-    """The template's checks of what the script needs: for the shared-memory kind, :mod:`engines.vllm.shm`'s two
+def preconditions(kind: templates.Kind, release: str = VLLM_VERSION) -> dict[str, str]:
+    """The template's checks of what the script needs: for the shared-memory kind, :mod:`engines.vllm.shm`'s
     functions written out (the one place that knows when vLLM starts that communicator), called before the ranks
-    start and, in each rank, after vLLM's answer."""
+    start and, in each rank, after vLLM's answer; for a later release's cause, that the installed vLLM is not
+    older (``templates.TOO_OLD``)."""
+    if release != VLLM_VERSION:
+        since = tuple(int(part) for part in release.split("."))
+        return {
+            "static": "too_old()",
+            "functions": templates.TOO_OLD.substitute(since_tuple=since, since=release),
+            "after": "",
+        }
     if not kind.shared_memory:
         return {"static": "None", "functions": "", "after": ""}
-    functions = "".join(f"\n\n{inspect.getsource(f)}" for f in (shm.shm_unavailable, shm.shm_not_in_use))
+    functions = "".join(f"\n\n{inspect.getsource(f)}" for f in shm.WRITTEN_OUT)
     after = (
         "        why = shm_not_in_use()  # the communicator vLLM gathered through for that answer\n"
         "        if why is not None:\n"
@@ -199,13 +214,14 @@ def preconditions(kind: templates.Kind) -> dict[str, str]:
 
 
 def path_of(script: templates.Script, root: Path = ROOT) -> Path:
-    return root / templates.DIRECTORY / f"{script.stem}.py"
+    return root / templates.directory(script.release) / f"{script.stem}.py"
 
 
 def scripts() -> list[templates.Script]:
-    """One script a cause, in the causes' order; a ValueError names a cause without one, or a script without a cause."""
+    """One script a cause, in the causes' order (a later release's new causes after the first's); a ValueError names
+    a cause without one, or a script without a cause."""
     by_cause = {script.cause: script for script in templates.SCRIPTS}
-    ids = [cause.id for cause in FINDINGS.causes]
+    ids = list(dict.fromkeys(cause.id for findings in BY_RELEASE.values() for cause in findings.causes))
     missing, unknown = [i for i in ids if i not in by_cause], sorted(set(by_cause) - set(ids))
     if missing or unknown or len(by_cause) != len(templates.SCRIPTS):
         raise ValueError(f"engines.vllm.standalone.SCRIPTS: no script for {missing}, no cause for {unknown}")
@@ -213,12 +229,12 @@ def scripts() -> list[templates.Script]:
 
 
 def write(out_dir: str | Path | None = None, root: Path = ROOT) -> list[Path]:
-    """Write every cause's script into ``out_dir`` (default: the checkout's ``docs/conformance/vllm-0.32.0``)."""
-    directory = Path(out_dir) if out_dir is not None else root / templates.DIRECTORY
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write every cause's script into ``out_dir`` (default: beside its release's page, ``docs/conformance/
+    vllm-RELEASE``)."""
     written = []
     for script in scripts():
-        path = directory / f"{script.stem}.py"
+        path = Path(out_dir) / f"{script.stem}.py" if out_dir is not None else path_of(script, root)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(render(script, root), encoding="utf-8")
         written.append(path)
     return written

@@ -39,6 +39,20 @@ class Subject:
     how: str  # "built" or "head reproduced from the constructor: <why>"
     paths: tuple[str, ...] = ("get_top_tokens", "compute_logits")
     values: str = "logits"  # what its top-k values are: "logits", or "log_probs" (return_log_probs=True)
+    since: str = ""  # the first release under test that ships the class, where it is not the first release
+
+    def shipped_in(self, release: str) -> bool:
+        """Whether ``release`` (an ``engines.versions.VLLM_RELEASES`` entry) ships the class."""
+        return shipped(self.since, release)
+
+
+def shipped(since: str, release: str) -> bool:
+    """Whether ``release`` ships what first shipped in ``since`` (empty: the first release under test)."""
+    return not since or _release(release) >= _release(since)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 
 @dataclass
@@ -229,9 +243,12 @@ def causal(
     return Subject(cls, module, head_pin(1000, **pin), _built_causal(module, cls, config, registered), how)
 
 
-def reproduced(tail: str, cls: str, vocab: int, target: int | None, how: str, **processor: Any) -> Subject:
-    """A class of ``MODELS.tail`` whose head is reproduced (:func:`_reproduced`); ``how``: why it is not built."""
-    module = f"{MODELS}.{tail}"
+def reproduced(
+    tail: str, cls: str, vocab: int, target: int | None, how: str, since: str = "", **processor: Any
+) -> Subject:
+    """A class of ``MODELS.tail`` (or of the module ``tail`` names in full, ``vllm.models...``) whose head is
+    reproduced (:func:`_reproduced`); ``how``: why it is not built."""
+    module = tail if tail.startswith("vllm.") else f"{MODELS}.{tail}"
     d2t = {} if target is None else {"d2t": "eagle3", "target_extra": target - vocab}
     build = _reproduced(module, cls, vocab, target, **processor)
-    return Subject(cls, module, head_pin(vocab, **d2t, **processor), build, NO_CPU_BUILD + how)
+    return Subject(cls, module, head_pin(vocab, **d2t, **processor), build, NO_CPU_BUILD + how, since=since)

@@ -14,17 +14,23 @@ from functools import cache
 from typing import Any
 
 from engines.findings import corrected
-from engines.vllm import fixes, fixes_gemma4, layer, models
+from engines.vllm import fixes, fixes_gemma4, fixes_muse_spark, layer, models
+from engines.vllm.build import shipped
 
-PATCHES = (*fixes.PATCHES, *fixes_gemma4.PATCHES)
+# each release's classes get their corrections: a patch of a class the installed release lacks could not be put
+PATCHES = (
+    *fixes.PATCHES,
+    *fixes_gemma4.PATCHES,
+    *(fixes_muse_spark.PATCHES if shipped(fixes_muse_spark.SINCE, models.RELEASE) else ()),
+)
 LAYER = {
     "vllm": layer.vllm_local_argmax,
     "vllm_classic": layer.vllm_classic,
     "vllm_topk": layer.vllm_top_k,
     "vllm_topk_logprobs": layer.vllm_top_k_log_probs,
 }
-# the model subjects whose originals fail: the rows the page shows corrected
-MODELS = (
+# the model subjects whose originals fail: the rows the page shows corrected (those of the installed release's classes)
+_FAILING = (
     "Gemma4MTP.get_top_tokens",
     "Gemma4MTP[all_centroids].get_top_tokens",
     "Gemma4MTP[all_centroids].compute_logits",
@@ -33,7 +39,11 @@ MODELS = (
     "InklingMTP[amd].get_top_tokens",
     "DFlash2Qwen3ForCausalLM.get_top_k_tokens",
     "LiLiCorrForCausalLM.get_top_k_tokens",
+    "MuseSpark1xForCausalLM.get_top_tokens",
+    "MuseSpark1xForCausalLM[amd].get_top_tokens",
+    "DFlash2BeamForCausalLM.get_top_k_tokens",
 )
+MODELS = tuple(name for name in _FAILING if name.rpartition(".")[0] in models.SUBJECTS)
 
 
 def specs() -> list[str]:

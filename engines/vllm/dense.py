@@ -2,11 +2,57 @@
 
 from __future__ import annotations
 
-from engines.vllm.build import Subject, causal, llama_config, qwen3_config, reproduced
+from engines.vllm.build import (
+    NO_CPU_BUILD,
+    Built,
+    Subject,
+    causal,
+    head_pin,
+    llama_config,
+    lm_head,
+    logits_processor,
+    model_class,
+    qwen3_config,
+    reproduced,
+    stand_in,
+    standard,
+)
 
+MUSE, MUSE_AMD = "vllm.models.muse_spark.nvidia.model", "vllm.models.muse_spark.amd.model"
+MUSE_MULTIPLIER, MUSE_CAP = 0.5, 15.0  # its config's output_multiplier and final_logit_softcapping
 TELEFLM_MUP = {"use_mup": True, "mup_scale_factor": 2.0, "output_mult": 1.0}  # scale = output_mult / mup_scale_factor
 TELEFLM_SCALE = 0.5
 
+
+def _build_muse_spark(module: str) -> Built:
+    """``MuseSpark1xForCausalLM``: LlamaForCausalLM's head (its constructor sets the processor's scale to 1) and its
+    own output transform, ``MulTanhSoftCap(output_multiplier, final_logit_softcapping)``; ``get_top_tokens`` is the
+    inherited ``LocalArgmaxMixin``'s, ``compute_logits`` the class's own (the AMD module's through
+    ``_apply_output_transform``)."""
+    from vllm.models.muse_spark.common.layers import MulTanhSoftCap
+
+    klass = model_class(module, "MuseSpark1xForCausalLM")
+    names = ("get_top_tokens", "compute_logits", "_apply_output_transform")
+    obj = stand_in(
+        "MuseSpark1xForCausalLM",
+        {n: getattr(klass, n) for n in names if hasattr(klass, n)},
+        lm_head=lm_head(1000),
+        logits_processor=logits_processor(1000),
+        metap_output_multiplier=MUSE_MULTIPLIER,
+        output_soft_cap_temp=MUSE_CAP,
+        mul_tanh_soft_cap=MulTanhSoftCap(multiplier=MUSE_MULTIPLIER, soft_cap_temp=MUSE_CAP),
+        draft_id_to_target_id=None,
+    )
+    return standard(obj, klass)  # the class's methods looked up at each call: a correction patched on it runs
+
+
+# its classic logits, soft_cap_temp * tanh(x * multiplier / soft_cap_temp), are the suite's soft cap (temp / multiplier)
+# then scale (multiplier): the same float32 numbers, the multiplier a power of two
+MUSE_HEAD = head_pin(1000, scale=MUSE_MULTIPLIER, soft_cap=MUSE_CAP / MUSE_MULTIPLIER)
+MUSE_HOW = (
+    "LlamaForCausalLM's ParallelLMHead(vocab_size) and LogitsProcessor(vocab_size), its scale set to 1, then its "
+    f"output transform in compute_logits (output_multiplier {MUSE_MULTIPLIER}, final_logit_softcapping {MUSE_CAP} here)"
+)
 SUBJECTS: dict[str, Subject] = {
     "LlamaForCausalLM": causal("llama", "LlamaForCausalLM", llama_config(1000), "built"),
     "Qwen3ForCausalLM[untied]": causal("qwen3", "Qwen3ForCausalLM", qwen3_config(1000, tied=False), "built"),
@@ -66,6 +112,25 @@ SUBJECTS: dict[str, Subject] = {
         qwen3_config(1000, tied=False),
         "built directly (MossAudio's language model, not in the registry; a Qwen3Config)",
         registered=False,
+    ),
+    "MuseSpark1xForCausalLM": Subject(
+        "MuseSpark1xForCausalLM",
+        MUSE,
+        MUSE_HEAD,
+        lambda: _build_muse_spark(MUSE),
+        NO_CPU_BUILD
+        + "its MoE layers need CUDA kernels (the NVIDIA module, which every platform but ROCm loads); "
+        + MUSE_HOW,
+        since="0.33.0",
+    ),
+    "MuseSpark1xForCausalLM[amd]": Subject(
+        "MuseSpark1xForCausalLM",
+        MUSE_AMD,
+        MUSE_HEAD,
+        lambda: _build_muse_spark(MUSE_AMD),
+        NO_CPU_BUILD + "as MuseSpark1xForCausalLM, from the AMD module (ROCm's), whose compute_logits goes through "
+        "_apply_output_transform; " + MUSE_HOW,
+        since="0.33.0",
     ),
     "Llama4ForCausalLM": reproduced(
         "llama4",

@@ -322,3 +322,4 @@ for _fn in (vllm_dflash2_sampler, vllm_dflash2_sampler_corrected):
     _fn.start = _start
     _fn.needs = _needs
     _fn.env = (SHM_ENV,)
+    _fn.packages, _fn.pass_unjudged = layer.PACKAGES, layer.pass_unjudged

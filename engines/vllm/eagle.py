@@ -9,6 +9,7 @@ from __future__ import annotations
 from engines.vllm.build import MODELS, Built, Subject, build_model, head_pin, llama_config, reproduced, standard
 
 EAGLE3_DRAFT, EAGLE3_TARGET = 1000, 1500
+XPRESS_SCALE = 0.5  # Qwen3XPress's config logit_scale (1.0 where absent): a scale the head really takes
 _SHARED = "it makes no lm_head (the proposer shares the target's ParallelLMHead(vocab)); LogitsProcessor(vocab_size)"
 _D2T = "ParallelLMHead(draft_vocab_size), LogitsProcessor(draft_vocab_size) and draft_id_to_target_id "
 
@@ -65,5 +66,26 @@ SUBJECTS: dict[str, Subject] = {
         EAGLE3_DRAFT,
         EAGLE3_TARGET,
         "its DSpark layers need a Qwen3 target's hidden states; " + _D2T + "(draft 1000 of a 1500 target)",
+    ),
+    "Qwen3XPressForCausalLM": reproduced(
+        "qwen3_xpress",
+        "Qwen3XPressForCausalLM",
+        1000,
+        None,
+        "its XPress refiner and DFlash layers need a Qwen3 target's hidden states; ParallelLMHead(draft_vocab_size), "
+        f"LogitsProcessor(draft_vocab_size, scale=logit_scale), logit_scale {XPRESS_SCALE} here, no "
+        "draft_id_to_target_id (XPress requires a full-vocabulary draft)",
+        since="0.33.0",
+        scale=XPRESS_SCALE,
+    ),
+    "MuseSparkDSparkForCausalLM": reproduced(
+        "vllm.models.muse_spark.common.dspark",
+        "MuseSparkDSparkForCausalLM",
+        EAGLE3_DRAFT,
+        EAGLE3_TARGET,
+        "its Muse DSpark layers need a MuseSpark target's hidden states; " + _D2T + "(draft 1000 of a 1500 "
+        "target); get_top_tokens and compute_logits are Qwen3DSpark's: the output multiplier and tanh cap "
+        "(apply_output_logit_transform) apply only in the DSpark speculator's sampling, to neither",
+        since="0.33.0",
     ),
 }

@@ -90,6 +90,7 @@ REASONS = (
             "TPARGMAX_VLLM_SHM=1 test_top_k_exact-engines_vllm_corrected_vllm_topk-gloo-cfbe8d8df8",
             "test_top_k_exact-engines_vllm_corrected_DFlash2Qwen3ForCausalLM_get_top_k_tokens-gloo-cbfc441713",
         ),
+        needs="cpu_kernels",  # oneDNN is one of them
     ),
 )
 

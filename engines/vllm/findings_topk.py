@@ -203,6 +203,7 @@ CAUSES = (
     Cause(
         id="V10",
         title="the shared-memory CPU all-gather has no int64 kernel, and top-k all-gathers int64 ids",
+        needs="cpu_kernels",  # the communicator is in them
         script=f"{PAGE}/V10-shm-int64-all-gather.py",
         where="vllm/distributed/device_communicators/cpu_communicator.py: CpuCommunicator.all_gather_into_tensor",
         severity="error",

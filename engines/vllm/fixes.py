@@ -19,6 +19,7 @@ vLLM is imported inside the functions: this module imports without it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -117,11 +118,18 @@ def _merge(values: torch.Tensor, ids: torch.Tensor, k: int) -> tuple[torch.Tenso
 
 
 def get_top_tokens(
-    self: Any, lm_head: Any, hidden_states: torch.Tensor, embedding_bias: torch.Tensor | None = None
+    self: Any,
+    lm_head: Any,
+    hidden_states: torch.Tensor,
+    embedding_bias: torch.Tensor | None = None,
+    transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """Vocab-parallel argmax, int64 ``[B]``: the classic path's token, with one all-gather of ``[3, B]`` floats."""
+    """Vocab-parallel argmax, int64 ``[B]``: the classic path's token, with one all-gather of ``[3, B]`` floats.
+    ``transform``: an element-wise function a model applies to the processor's logits before its classic argmax
+    (MuseSpark's output transform), applied to each shard's token logits before they are ranked."""
     _check_scale(self.scale)
     values, ids = _token_logits(self, lm_head, hidden_states, embedding_bias)
+    values = values if transform is None else transform(values)
     top_values, top_ids = _best(values, ids, 1)
     if lm_head.tp_size > 1:
         top_values, top_ids = _merge(top_values, top_ids, 1)

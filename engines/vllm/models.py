@@ -22,11 +22,18 @@ from typing import Any
 
 import torch
 
+from engines.versions import VLLM_VERSION, installed_vllm
 from engines.vllm import dense, eagle, gemma4, mtp, topk
 from engines.vllm.build import Built, Subject
-from engines.vllm.layer import SHM_ENV, start_vllm, why_unavailable
+from engines.vllm.layer import PACKAGES, SHM_ENV, pass_unjudged, start_vllm, why_unavailable
 
-SUBJECTS: dict[str, Subject] = {**dense.SUBJECTS, **eagle.SUBJECTS, **mtp.SUBJECTS, **gemma4.SUBJECTS, **topk.SUBJECTS}
+RELEASE = installed_vllm() or VLLM_VERSION  # the release whose classes are offered
+SUBJECTS: dict[str, Subject] = {
+    name: subject
+    for family in (dense, eagle, mtp, gemma4, topk)
+    for name, subject in family.SUBJECTS.items()
+    if subject.shipped_in(RELEASE)
+}
 
 _EMBEDDING = "an embedding/pooling model: inherits get_top_tokens from {} but never decodes, so it is not run"
 _UNCHANGED = "its module does not import here ({}); it inherits {}'s get_top_tokens unchanged: covered by {}"
@@ -37,6 +44,7 @@ COVERAGE: dict[str, str] = {
     "DeepseekV32MultiTokenPredictor": "runs through DeepseekV32MTP.get_top_tokens, which calls it",
     "DeepSeekV4MultiTokenPredictor": "runs through DeepSeekV4MTP.get_top_tokens (AMD module), which calls it",
     "Glm5NextMultiTokenPredictor": "runs through Glm5NextMTP.get_top_tokens, which calls it",
+    "Step5MultiTokenPredictor": "runs through Step5MTP.get_top_tokens, which calls it (0.33.0 on)",
     "Dots3NoteMTP": _UNCHANGED.format("needs a newer flash-attn helper", "DeepseekV32MTP", "DeepseekV32MTP"),
     "Dots3NoteMultiTokenPredictor": _UNCHANGED.format(
         "needs a newer flash-attn helper", "DeepseekV32MultiTokenPredictor", "DeepseekV32MTP"
@@ -134,6 +142,7 @@ def _impl(name: str, path: str) -> Callable[..., Any]:
     fn.start = start
     fn.needs = why_unavailable  # vLLM, and its shared-memory communicator where TPARGMAX_VLLM_SHM=1
     fn.env = (SHM_ENV,)
+    fn.packages, fn.pass_unjudged = PACKAGES, pass_unjudged
     fn.head = dict(subject.head)
     fn.how = subject.how
     if path == "get_top_k_tokens":

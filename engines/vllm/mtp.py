@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import SimpleNamespace
+from typing import Any
+
+import torch
 
 from engines.vllm.build import (
     MODELS,
@@ -29,6 +32,18 @@ _V32 = "vllm.models.deepseek_v32.nvidia.mtp"
 _V4_AMD = "vllm.models.deepseek_v4.amd.mtp"
 _GLM5 = "vllm.models.glm5next.common.mtp"
 _INKLING_NV, _INKLING_AMD = "vllm.models.inkling.nvidia.mtp", "vllm.models.inkling.amd.mtp"
+_STEP5 = "vllm.models.step5.nvidia.mtp"
+
+
+class _SharedHead:
+    """An MTP layer's ``shared_head``: its ``head``; called (Step5 normalises before the head), it is the identity,
+    so the case's hidden states are the head's input."""
+
+    def __init__(self, head: Any) -> None:
+        self.head = head
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden
 
 
 def _mtp_predictor(
@@ -39,7 +54,7 @@ def _mtp_predictor(
 
     def build() -> Built:
         head = lm_head(MTP_VOCAB)
-        layer = SimpleNamespace(shared_head=SimpleNamespace(head=head))
+        layer = SimpleNamespace(shared_head=_SharedHead(head))
         inner_methods = class_methods(module, inner, ("get_top_tokens", "compute_logits"), importable)
         if pre_head:  # the hidden-state transform before the head (hc_head + RMSNorm): the case's hidden is its output
             inner_methods["_pre_head"] = lambda self, layer, h: h
@@ -122,6 +137,16 @@ SUBJECTS: dict[str, Subject] = {
         _mtp_predictor(_GLM5, "Glm5NextMTP", "Glm5NextMultiTokenPredictor", importable=False, layers="_mtp_layers"),
         NO_CPU_BUILD + "its module does not import here (torchvision is absent); its methods are compiled from the "
         "installed file",
+    ),
+    "Step5MTP": Subject(
+        "Step5MTP",
+        _STEP5,
+        head_pin(MTP_VOCAB),
+        _mtp_predictor(_STEP5, "Step5MTP", "Step5MultiTokenPredictor", importable=False, layers="layers"),
+        NO_CPU_BUILD + "its module does not import here (torchvision is absent); its methods are compiled from the "
+        "installed file; each MTP layer's shared_head holds its own ParallelLMHead(vocab_size) after an RMSNorm, "
+        "left out (the case's hidden states are the head's input)",
+        since="0.33.0",
     ),
     "InklingMTP": Subject(
         "InklingMTP",

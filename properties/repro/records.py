@@ -68,6 +68,7 @@ def write(directory: str | Path, repro: dict[str, Any], blob: str | None = None,
             "torch": torch.__version__,
             "hypothesis": hypothesis.__version__,
             "python": platform.python_version(),
+            **repro.get("versions", {}),  # the code under test's own distributions (``Impl.packages``)
         },
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "hypothesis_blob": blob,

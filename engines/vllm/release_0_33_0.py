@@ -1,0 +1,223 @@
+"""vLLM 0.33.0 beside 0.32.0: what the suite knows of it that 0.32.0's findings do not say.
+
+0.33.0 has only its CUDA wheel, run on a CPU without its kernels (``tpargmax install-vllm --version 0.33.0``).  Its
+page, ``docs/conformance/vllm-0.33.0.md``, claims its failures with 0.32.0's causes where the same defect fails (the
+code they quote is unchanged: the report relocates each quote in the installed wheel and says where it moved), with
+the causes this release adds, and with 0.32.0's reasons.  The new classes are subjects of their families
+(``Subject.since``); nothing of 0.32.0's adapters is copied here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from engines.findings import Cause, EndToEnd, Findings
+from engines.versions import vllm_page
+from engines.vllm import findings as previous
+
+RELEASE = "0.33.0"
+PAGE = vllm_page(RELEASE)
+NO_ENGINE = (
+    "vLLM 0.33.0 has only its CUDA wheel, whose CPU attention is one of the kernels it lacks: its engine cannot run "
+    "on a CPU, so end to end is judged on 0.32.0 ([its page](vllm-0.32.0.md#end-to-end))"
+)
+# reach that 0.33.0's new classes add to a cause of 0.32.0, read in the wheel
+REACHES = {
+    "V5": "DFlash2BeamForCausalLM's `compute_candidates` too (`vllm/models/beam/nvidia/dflash2.py:615`)",
+    "V6": "DFlash2BeamForCausalLM's `compute_candidates` too (`vllm/models/beam/nvidia/dflash2.py:615`)",
+    "V8": (
+        "DFlash2BeamForCausalLM, whose processor always has a soft cap: `LogitsProcessor(vocab_size, soft_cap="
+        "float(draft_config['final_logit_softcapping']))` (`vllm/models/beam/nvidia/dflash2.py:564-567`), and whose "
+        "`compute_candidates` calls `get_top_k_tokens` (`:615`)"
+    ),
+}
+
+
+_M = "engines_vllm_models"
+# This page's failures by what claims them: (direct, then each consequence's in the cause's order).  A model class's
+# failure was recorded under its new module name (sharded_vllm_models before), so few keys are 0.32.0's own; each was
+# read and claimed by its rule, its case and the cause's mechanism.
+FAILURES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "V1": (
+        (
+            "test_token_exact-vllm-gloo-1983286560",
+            "test_top_k_contract-vllm_topk-gloo-177eb5faf2",
+            "test_top_k_contract-vllm_topk_logprobs-gloo-2949a6051c",
+        ),
+        (
+            "test_top_k_determinism-vllm_topk-gloo-4c9354b591",
+            "test_top_k_determinism-vllm_topk_logprobs-gloo-816b9e46fe",
+        ),
+    ),
+    "V2": (("test_token_exact-vllm_classic-gloo-21ccbf4391",),),
+    "V3": (
+        (
+            f"test_token_exact-{_M}_InklingMTP_get_top_tokens-gloo-78e50d3287",
+            f"test_output_contract-{_M}_InklingMTP_get_top_tokens-gloo-6d3524e96a",
+            f"test_token_exact-{_M}_InklingMTP_amd__get_top_tokens-gloo-ca1c208a28",
+            f"test_output_contract-{_M}_InklingMTP_amd__get_top_tokens-gloo-9e325db32a",
+        ),
+        # k=1 over a logits vocabulary of 1: the head id 1 past it comes back and indexes d2t
+        ("test_top1_is_the_argmax_token-vllm_topk_logprobs-gloo-0c5083e325",),
+    ),
+    "V4": (("vllm test_ids_beyond_float32_are_exact_or_rejected",),),
+    "V5": (
+        (
+            "test_top_k_exact-vllm_topk-gloo-9f8e8a4653",
+            "test_top_k_exact-vllm_topk_logprobs-gloo-286c0882e7",
+            f"test_top_k_exact-{_M}_DFlash2BeamForCausalLM_get_top_k_tokens-gloo-f2ebd69ed1",
+            f"test_top_k_exact-{_M}_LiLiCorrForCausalLM_get_top_k_tokens-gloo-546f71fd8d",
+        ),
+        (  # +0.0 and -0.0 (F20), two +inf logits (F27), a whole row of equal logits (F50): the top-1 of a tie
+            "test_top1_is_the_argmax_token-vllm_topk-gloo-64775a2385",
+            "test_top1_is_the_argmax_token-vllm_topk_logprobs-gloo-9a810a4b78",
+            f"test_top1_is_the_argmax_token-{_M}_LiLiCorrForCausalLM_get_top_k_tokens-gloo-ca0e71896a",
+        ),
+    ),
+    "V6": (
+        (),
+        (
+            "test_top_k_exact-vllm_topk-gloo-155c488c0b",
+            "test_top_k_contract-vllm_topk-gloo-9267bb734d",
+            "test_top_k_exact-vllm_topk_logprobs-gloo-99c8a597a2",
+            "test_top_k_contract-vllm_topk_logprobs-gloo-5891d1efe9",
+        ),
+    ),
+    "V7": ((f"test_top_k_exact-{_M}_DFlash2Qwen3ForCausalLM_get_top_k_tokens-gloo-d6f09d5982",),),
+    "V8": (
+        (
+            f"test_top1_is_the_argmax_token-{_M}_DFlash2Qwen3ForCausalLM_get_top_k_tokens-gloo-be3ea2b86a",
+            f"test_top1_is_the_argmax_token-{_M}_DFlash2BeamForCausalLM_get_top_k_tokens-gloo-b5a558ce7c",
+        ),
+    ),
+    "V9": (
+        (
+            "vllm_topk test_top_k_rejects_k_above_the_logits_vocabulary",
+            "vllm_topk_logprobs test_top_k_rejects_k_above_the_logits_vocabulary",
+        ),
+    ),
+    "V10": ((),),
+    "V11": ((f"test_token_exact-{_M}_Gemma4MTP_all_centroids__get_top_tokens-gloo-fbfdea188a",),),
+    "V12": (
+        tuple(
+            f"test_{test}-{_M}_Gemma4MTP_dense__get_top_tokens-gloo-{key}"
+            for test, key in (
+                ("token_exact", "938efa64ff"),
+                ("output_contract", "5e962298b4"),
+                ("tp_invariance", "08c1db60cf"),
+                ("row_independence", "056194b5f1"),
+                ("determinism", "46f0a4f181"),
+            )
+        ),
+    ),
+    "V13": ((f"test_token_exact-{_M}_Gemma4MTP_all_centroids__compute_logits-gloo-8875532f20",),),
+    "D1": (
+        (
+            f"test_token_exact-{_M}_Gemma4MTP_get_top_tokens-gloo-a2aa585bb4",
+            f"test_token_exact-{_M}_Gemma4MTP_compute_logits-gloo-51a8c44849",
+            "test_token_exact-engines_vllm_corrected_Gemma4MTP_get_top_tokens-gloo-faf918a589",
+        ),
+    ),
+    "D2": (
+        (
+            "test_rejects_bad_input-vllm-gloo-5ceda44809",
+            "test_rejects_bad_input-vllm-gloo-ec122bc429",
+            "test_rejects_bad_input-vllm-gloo-2de485d40d",
+            "test_rejects_bad_input-vllm_classic-gloo-37a92ccf1e",
+            "test_rejects_bad_input-vllm_classic-gloo-294844ec41",
+            "test_rejects_bad_input-engines_vllm_corrected_vllm-gloo-534bf2e794",
+            "test_rejects_bad_input-engines_vllm_corrected_vllm-gloo-6b9f659bd3",
+            "test_rejects_bad_input-engines_vllm_corrected_vllm-gloo-527d095c29",
+            "test_rejects_bad_input-engines_vllm_corrected_vllm_classic-gloo-e8e3080651",
+            "test_rejects_bad_input-engines_vllm_corrected_vllm_classic-gloo-eec574c605",
+        ),
+    ),
+    "D3": (
+        (
+            "test_token_exact-trtllm_style-gloo-e01cfa5598",
+            "test_token_exact-trtllm_style-gloo-cb3be3d788",
+            "test_output_contract-trtllm_style-gloo-c1e18c1513",
+            "test_output_contract-trtllm_style-gloo-3f2291f012",
+            "test_determinism-trtllm_style-gloo-d9874b3002",
+            "trtllm_style test_ids_beyond_float32_are_exact_or_rejected",
+            "test_all_neg_inf_row_with_offset_d2t-trtllm_style-gloo-cc22221985",
+        ),
+    ),
+    "D4": ((),),
+}
+# what a reason says that this release's failures add to
+WHY = {
+    "D2": previous.REASONS[1].why.replace(
+        "The negative scale is rejected with a ValueError, whose message names 'logit scaling factors' rather than "
+        "the argument.",
+        "The local path rejects a negative scale with a ValueError whose message names 'logit scaling factors' "
+        "rather than the argument; the classic path (`LogitsProcessor.forward`) accepts it.",
+    ),
+}
+
+
+def _carried(cause):
+    """A 0.32.0 cause as this release's page claims it: its failures, and the reach its new classes add."""
+    more = REACHES.get(cause.id)
+    direct, *follow = FAILURES[cause.id]
+    return replace(
+        cause,
+        reaches=f"{cause.reaches}; in 0.33.0 also {more}" if more else cause.reaches,
+        failures=direct,
+        consequences=tuple(replace(c, failures=keys) for c, keys in zip(cause.consequences, follow, strict=True)),
+    )
+
+
+def _reason(reason):
+    return replace(reason, failures=FAILURES[reason.id][0], why=WHY.get(reason.id, reason.why))
+
+
+_MUSE = "vllm/models/muse_spark/nvidia/model.py"
+NEW = (
+    Cause(
+        id="V14",
+        title="MuseSpark1x's local argmax ranks the raw logits; its compute_logits applies the output multiplier and "
+        "tanh soft cap first",
+        script=f"{PAGE}/V14-muse-spark-output-transform.py",
+        where=f"{_MUSE} (and models/muse_spark/amd/model.py): MuseSpark1xForCausalLM.compute_logits, "
+        "LocalArgmaxMixin.get_top_tokens (inherited through LlamaForCausalLM)",
+        severity="shipped",
+        reaches=(
+            "MuseSpark1xForCausalLM served as a draft (`draft_model`) with `use_local_argmax_reduction`, whenever its "
+            "config sets `final_logit_softcapping` (read at `nvidia/model.py:1799`); the proposer's greedy step calls "
+            "`get_top_tokens` (`vllm/v1/spec_decode/llm_base_proposer.py:440`)"
+        ),
+        evidence=(
+            f"{_MUSE}:1750: class MuseSpark1xForCausalLM(LlamaForCausalLM, SupportsLoRA, MixtureOfExperts):",
+            f"{_MUSE}:1799: self.output_soft_cap_temp = config.final_logit_softcapping",
+            f"{_MUSE}:1889: return self.mul_tanh_soft_cap(logits)",
+            "vllm/model_executor/models/interfaces.py:1598: top = self.logits_processor.get_top_tokens(",
+        ),
+        why=(
+            "MuseSpark1x's `compute_logits` multiplies the processor's logits by `output_multiplier` and caps them "
+            "with `final_logit_softcapping * tanh(x / final_logit_softcapping)` (fused in `MulTanhSoftCap`); its "
+            "constructor sets the processor's own scale to 1 and gives it no cap. `get_top_tokens` is "
+            "LocalArgmaxMixin's, inherited through LlamaForCausalLM: it ranks the processor's logits, which have "
+            "neither. Both are monotone, so the choice changes only where the cap rounds distinct logits to one "
+            "float32 value: the classic path then takes the lowest id, the local path the larger raw logit."
+        ),
+        failures=(
+            f"test_token_exact-{_M}_MuseSpark1xForCausalLM_get_top_tokens-gloo-a7b148d205",
+            f"test_token_exact-{_M}_MuseSpark1xForCausalLM_amd__get_top_tokens-gloo-cf2958a761",
+        ),
+        correction=(
+            "`engines/vllm/fixes_muse_spark.py:muse_spark_top_tokens` ranks each shard's token logits after the "
+            "class's own output transform (element-wise: a shard's values are the gathered row's), with the "
+            "corrected ranking of `engines/vllm/fixes.py:get_top_tokens` (its `transform`)"
+        ),
+    ),
+)
+CAUSES = tuple(_carried(cause) for cause in previous.FINDINGS.causes) + NEW
+FINDINGS = Findings(
+    f"vLLM {RELEASE}",
+    PAGE,
+    CAUSES,
+    tuple(_reason(reason) for reason in previous.REASONS),
+    tuple(EndToEnd(cause.id, why=NO_ENGINE) for cause in CAUSES),
+    previous=f"{previous.__name__}:FINDINGS",
+)

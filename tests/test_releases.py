@@ -1,0 +1,153 @@
+"""More than one vLLM release: which one a page is for, which classes it offers, and what became of the previous
+release's causes (``tpargmax.release_changes``), without vLLM installed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from engines import versions
+from engines.findings import INHERITED, Cause, Findings, Patch, Reason, applied
+from engines.vllm import models, release_0_33_0
+from engines.vllm.build import shipped
+from engines.vllm.findings import FINDINGS
+from tpargmax import release_changes, report
+from tpargmax.report_subjects import VLLM_FINDINGS
+
+
+class Base:
+    def method(self) -> str:
+        return "base"
+
+
+class Child(Base):
+    pass
+
+
+def test_a_patch_of_an_inherited_method_is_taken_back_off():
+    """A class that inherits the patched method (MuseSpark1x inherits the mixin's ``get_top_tokens``) has it of its
+    own only while the patch is in place; after it, the base class's again."""
+    patch = Patch(f"{__name__}:Child.method", lambda self: "patched")
+    assert patch.put()[2] is INHERITED
+    del Child.method
+    with applied([patch]):
+        assert Child().method() == "patched" and Base().method() == "base"
+    assert "method" not in vars(Child) and Child().method() == "base"
+    with pytest.raises(ValueError, match="does not exist in this version"):
+        Patch(f"{__name__}:Child.absent", lambda self: None).owner()
+
+
+@pytest.mark.parametrize("installed", [None, "0.32.0", "0.33.0"])
+def test_each_release_has_its_page_findings_and_repro_folder(monkeypatch, installed):
+    monkeypatch.setattr(report, "installed_vllm", lambda: installed)
+    title, findings, repro, packages = report.page_spec("vllm")
+    release = installed or versions.VLLM_VERSION
+    assert title == f"vLLM {release} conformance" and repro == f"repro/vllm-{release}"
+    assert findings == VLLM_FINDINGS[release] and packages == (() if release == versions.VLLM_VERSION else ("vllm",))
+    assert report.page_spec("sampling") == report.PAGES["sampling"]  # the other pages do not follow vLLM
+
+
+def test_a_release_the_suite_does_not_know_is_refused_before_anything_runs(monkeypatch, capsys):
+    monkeypatch.setattr(report, "installed_vllm", lambda: "0.34.0")
+    with pytest.raises(ValueError, match="vLLM 0.34.0 is installed, and this suite knows 0.32.0, 0.33.0"):
+        report.page_spec("vllm")
+    from tpargmax.cli import main
+
+    assert main(["report", "--rows", "nothing"]) == 2
+    assert "vLLM 0.34.0 is installed" in capsys.readouterr().err
+
+
+def test_a_class_is_offered_only_by_the_releases_that_ship_it():
+    assert shipped("", "0.32.0") and shipped("0.33.0", "0.33.0") and not shipped("0.33.0", "0.32.0")
+    assert shipped("0.33.0", "0.40.1") and not shipped("0.40.0", "0.33.0")
+    later = {
+        name: subject.since
+        for family in (models.dense, models.eagle, models.mtp, models.gemma4, models.topk)
+        for name, subject in family.SUBJECTS.items()
+        if subject.since
+    }
+    assert set(later.values()) <= set(versions.VLLM_RELEASES[1:]), later
+    assert {"MuseSpark1xForCausalLM", "DFlash2BeamForCausalLM", "Step5MTP"} <= set(later)
+    offered = set(models.SUBJECTS)  # no vLLM here: the default release's classes
+    assert models.RELEASE == versions.VLLM_VERSION and not offered & set(later)
+
+
+def test_0_33_0_carries_every_cause_of_0_32_0():
+    """Each of 0.32.0's causes is on 0.33.0's page, with its reproduction; what 0.33.0 adds comes after them."""
+    previous = release_changes.previous_of(release_0_33_0.FINDINGS)
+    assert previous is FINDINGS and release_0_33_0.FINDINGS.page == versions.vllm_page("0.33.0")
+    carried = release_0_33_0.FINDINGS.causes[: len(FINDINGS.causes)]
+    assert [(c.id, c.script, c.evidence) for c in carried] == [(c.id, c.script, c.evidence) for c in FINDINGS.causes]
+    assert {e.cause for e in release_0_33_0.FINDINGS.end_to_end} == {c.id for c in release_0_33_0.FINDINGS.causes}
+
+
+# --- what became of the previous release's causes -----------------------------------------------------------------
+
+SOURCE = """\
+def f(x):
+    y = x + 1
+    return torch.stack(
+        [y.float(), x.float()], dim=-1
+    )
+"""
+
+
+@pytest.mark.parametrize(
+    "quote, line",
+    [
+        ("pkg/mod.py:2: y = x + 1", 2),  # where it was
+        ("pkg/mod.py:9: y = x + 1", 2),  # moved
+        ("pkg/mod.py:3-5: return torch.stack([y.float(), x.float()], dim=-1)", 3),  # over line breaks
+        ("pkg/mod.py:2-3: gone = 1, then return torch.stack(", 2),  # a range and a part: within it
+        ("pkg/mod.py:2: y = x + 2", None),  # not there
+        ("pkg/other.py:2: y = x + 1", None),  # no such file
+    ],
+)
+def test_a_quote_is_found_again_where_it_now_is(tmp_path, quote, line):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text(SOURCE)
+    assert release_changes.relocate(quote, tmp_path) == {"quote": quote, "line": line}
+
+
+def test_a_script_is_run_with_this_interpreter_for_its_exit_and_last_line(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("import sys\nprint('V0: expected 1')\nprint('actual 2')\nsys.exit(1)\n")
+    assert release_changes.run_script(str(script), tmp_path) == {"exit": 1, "line": "actual 2"}
+    assert Path(sys.executable).exists()
+
+
+CAUSE = Cause("V0", "t", "w", "shipped", "r", ("a/b.py:1: x = 1",), "why", ("F-key",), script="s.py")
+
+
+@pytest.mark.parametrize(
+    "item, change, lacking, failing, status",
+    [
+        (CAUSE, {"script": {"exit": 1, "line": ""}, "evidence": [{"quote": "q", "line": 3}]}, {}, False, "failing"),
+        (CAUSE, {"script": {"exit": 0, "line": ""}, "evidence": [{"quote": "q", "line": None}]}, {}, True, "changed"),
+        (CAUSE, {"script": {"exit": 0, "line": ""}}, {}, False, "fixed"),
+        (CAUSE, {"script": {"exit": 2, "line": "V0: cannot be judged here: x"}}, {}, False, "unjudged"),
+        (Reason("D0", "t", "why", ()), {}, {}, False, "unseen"),
+        (Reason("D0", "t", "why", (), needs="cpu_kernels"), {}, {"cpu_kernels": "needs x"}, True, "unjudged"),
+    ],
+)
+def test_each_previous_cause_is_failing_changed_fixed_or_not_judged(item, change, lacking, failing, status):
+    """A cause that needs what this build lacks is not judged, whatever the run shows; a reproduction that exits 0
+    with no failure of the run is a fix; a failing one whose quoted code is gone has changed."""
+    assert release_changes.status(item, change, lacking, failing)[0] == status
+
+
+def test_the_section_opens_with_every_previous_cause_and_names_what_is_new():
+    previous = Findings("E 1.0", "docs/p-1.0", (CAUSE,), (Reason("D0", "by design", "why", ("G-key",)),))
+    new = Cause("V9", "new", "w", "shipped", "r", (), "why", ("N-key",), script="n.py")
+    findings = Findings("E 2.0", "docs/p-2.0", (CAUSE, new), previous.reasons)
+    row = {"name": "subject", "env": {}}
+    failures = [("F1", row, "test_x", {"repro_file": "repro/F-key.json"})]
+    change = {"evidence": [{"quote": "a/b.py:1: x = 1", "line": 7}], "script": {"exit": 1, "line": "actual"}}
+    data = {"changes": {"since": "1.0", "release": "2.0", "lacks": {}, "causes": {"V0": change, "D0": {}}}}
+    text = "\n".join(release_changes.section(data, failures, findings, previous))
+    assert text.startswith("## What changed since vLLM 1.0")
+    assert "| [V0](#v0) t | still failing | F1 | exit 1 | `b.py:7` (was 1) |" in text
+    assert "| [D0](#d0) by design | not shown: no failure in this run, and no reproduction | — | — | — |" in text
+    assert "**New in 2.0:** [V9](#v9) new." in text

@@ -1,0 +1,174 @@
+"""What became of the previous vLLM release's causes in the release installed here: measured by ``tpargmax report``,
+opening the page.
+
+:func:`measure` runs in the release's environment: each line a previous cause quotes as evidence is found again in
+the installed wheel (its file and line now, or gone), each cause's standalone reproduction runs with this
+interpreter (its exit and its last line), and :func:`lacks` records what this build of vLLM lacks
+(``engines.findings.NEEDS``).  :func:`section` renders it with this run's failures, each cause still failing,
+changed (it fails, and a line it quotes is gone), fixed, or not judgeable here: a pure function of the JSON.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from engines.findings import Cause, Findings, Reason
+from engines.versions import installed_vllm
+from tpargmax.findings_page import Failure, anchor, load, numbers_of
+
+SCRIPT_TIMEOUT = 600.0  # a script's own limit is 300 s for its ranks; vLLM's import comes before it
+QUOTE = re.compile(r"^(?P<path>[\w./-]+\.py):(?P<line>\d+)(?:-(?P<last>\d+))?: (?P<code>.+)$")
+
+
+def lacks() -> dict[str, str]:
+    """What judging a cause may need that this vLLM lacks (a key of ``NEEDS``), each with the line that says why."""
+    from engines.vllm.shm import cpu_kernels_missing
+
+    why = cpu_kernels_missing()
+    return {"cpu_kernels": why} if why else {}
+
+
+def relocate(quote: str, root: Path) -> dict[str, Any]:
+    """``quote`` (``path:line: code``, as evidence is written) found in the installed file: the line where its code
+    now starts, the nearest to the old one, whitespace and line breaks aside; None where it is not found.  A quote
+    that joins statements or explains them (``a, then b``) is found by its first part of at least 6 characters that
+    the file has; one found within the lines it names (``path:a-b``) is where it was."""
+    match = QUOTE.match(quote)
+    if match is None:
+        return {"quote": quote, "line": None}
+    file = root / match["path"]
+    lines = file.read_text(encoding="utf-8").splitlines() if file.is_file() else []
+    starts, text = [], ""
+    for line in lines:  # the file as one string without whitespace, with where each line starts in it
+        starts.append(len(text))
+        text += "".join(line.split())
+    code = match["code"]
+    for part in (code, *(p for p in re.split(r", (?:then |and )?", code) if len(p.strip()) >= 6)):
+        want, hits = "".join(part.split()), []
+        at = text.find(want)
+        while want and at >= 0:
+            hits.append(sum(1 for start in starts if start <= at))
+            at = text.find(want, at + 1)
+        if hits:
+            first, last = int(match["line"]), int(match["last"] or match["line"])
+            near = min(hits, key=lambda n: abs(n - first))
+            return {"quote": quote, "line": first if first <= near <= last else near}
+    return {"quote": quote, "line": None}
+
+
+def run_script(script: str, root: Path) -> dict[str, Any]:
+    """A cause's standalone reproduction, run with this interpreter: its exit and its last line."""
+    try:
+        done = subprocess.run(
+            [sys.executable, script], cwd=root, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        return {"exit": None, "line": f"no answer within {SCRIPT_TIMEOUT:g} s"}
+    lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return {"exit": done.returncode, "line": (lines[-1] if lines else "")[:300]}
+
+
+def measure(previous: Findings, root: Path, log) -> dict[str, Any]:
+    """The previous release's causes and reasons against the installed wheel: the report's ``changes``."""
+    import vllm
+
+    wheel = Path(vllm.__file__).resolve().parent.parent
+    causes = {}
+    for item in (*previous.causes, *previous.reasons):
+        entry: dict[str, Any] = {}
+        if isinstance(item, Cause):
+            entry["evidence"] = [relocate(quote, wheel) for quote in item.evidence if QUOTE.match(quote)]
+            if item.script:
+                log(f"  {item.id}: {item.script}")
+                entry["script"] = run_script(item.script, root)
+        causes[item.id] = entry
+    release = previous.engine.rpartition(" ")[2]
+    return {"since": release, "release": installed_vllm(), "lacks": lacks(), "causes": causes}
+
+
+STATUS = {
+    "failing": "still failing",
+    "changed": "changed: still failing, and a line it quotes is gone",
+    "fixed": "fixed",
+    "unjudged": "not judgeable here",
+    "unseen": "not shown: no failure in this run, and no reproduction",
+}
+
+
+def status(item: Cause | Reason, change: dict[str, Any], lacking: dict[str, str], failing: bool) -> tuple[str, str]:
+    """(a key of STATUS, the evidence for it) for one previous cause or reason."""
+    if item.needs and item.needs in lacking:
+        return "unjudged", lacking[item.needs]  # the line says what it needs
+    script = change.get("script") or {}
+    gone = any(e["line"] is None for e in change.get("evidence", []))
+    if failing or script.get("exit") == 1:
+        return ("changed" if gone else "failing"), ""
+    if script.get("exit") == 0:
+        return "fixed", "its reproduction exits 0 and no failure of this run is its"
+    if script:
+        return "unjudged", script.get("line", "")
+    return "unseen", ""
+
+
+def _evidence(change: dict[str, Any]) -> str:
+    """The quoted lines where they are now: ``file:line`` (with the old line where it moved), or gone."""
+    out = []
+    for entry in change.get("evidence", []):
+        match = QUOTE.match(entry["quote"])
+        if match is None:
+            continue
+        name = match["path"].rpartition("/")[2]
+        if entry["line"] is None:
+            out.append(f"gone: `{name}:{match['line']}`")
+        else:
+            moved = f" (was {match['line']})" if str(entry["line"]) != match["line"] else ""
+            out.append(f"`{name}:{entry['line']}`{moved}")
+    return ", ".join(out) or "—"
+
+
+def section(data: dict[str, Any], failures: list[Failure], findings: Findings, previous: Findings) -> list[str]:
+    """The page's opening: what became of each of the previous release's causes and reasons, and what is new."""
+    changes = data["changes"]
+    since, release = changes["since"], changes.get("release") or findings.engine.rpartition(" ")[2]
+    originals = [f for f in failures if not f[1].get("corrects")]
+    now = {item.id: item for item in (*findings.causes, *findings.reasons)}
+    out = [
+        f"## What changed since vLLM {since}",
+        "",
+        f"Each of {since}'s causes and reasons judged again with {release}: this run's failures it claims, its "
+        f"standalone reproduction run with {release} (exit 1 while the defect is there, 0 once it is gone, 2 where it "
+        f"cannot be judged here), and each line it quotes as evidence found again in {release}'s wheel (its line now, "
+        f"and {since}'s where it moved).",
+        "",
+        f"| cause | in {release} | failures | reproduction | evidence in {release} |",
+        "|---|---|---|---|---|",
+    ]
+    for item in (*previous.causes, *previous.reasons):
+        change = changes["causes"].get(item.id, {})
+        mine = now.get(item.id, item)
+        listed = numbers_of(originals, mine.all_failures)
+        key, why = status(item, change, changes["lacks"], bool(listed))
+        script = change.get("script")
+        ran = "—" if not script else f"exit {script['exit']}" if script["exit"] is not None else script["line"]
+        text = STATUS[key] + (f" ({why})" if why and key != "failing" else "")
+        link = f"[{item.id}](#{anchor(mine)})" if item.id in now else item.id
+        out.append(f"| {link} {item.title} | {text} | {', '.join(listed) or '—'} | {ran} | {_evidence(change)} |")
+    out.append("")
+    before = {item.id: item for item in (*previous.causes, *previous.reasons)}
+    for item in findings.causes:
+        if item.id not in before:
+            out.append(f"- **New in {release}:** [{item.id}](#{anchor(item)}) {item.title}.")
+        elif item.reaches != before[item.id].reaches:
+            out.append(
+                f"- **{item.id} reaches more in {release}:** {item.reaches.rpartition(f'in {release} also ')[2]}."
+            )
+    return out + [""]
+
+
+def previous_of(findings: Findings) -> Findings | None:
+    """The previous release's findings a page's findings name, or None."""
+    return load({"findings": findings.previous}) if findings.previous else None
