@@ -62,12 +62,7 @@ def test_a_release_the_suite_does_not_know_is_refused_before_anything_runs(monke
 def test_a_class_is_offered_only_by_the_releases_that_ship_it():
     assert shipped("", "0.32.0") and shipped("0.33.0", "0.33.0") and not shipped("0.33.0", "0.32.0")
     assert shipped("0.33.0", "0.40.1") and not shipped("0.40.0", "0.33.0")
-    later = {
-        name: subject.since
-        for family in (models.dense, models.eagle, models.mtp, models.gemma4, models.topk)
-        for name, subject in family.SUBJECTS.items()
-        if subject.since
-    }
+    later = {name: subject.since for name, subject in models.EVERY.items() if subject.since}
     assert set(later.values()) <= set(versions.VLLM_RELEASES[1:]), later
     assert {"MuseSpark1xForCausalLM", "DFlash2BeamForCausalLM", "Step5MTP"} <= set(later)
     offered = set(models.SUBJECTS)  # no vLLM here: the default release's classes
@@ -151,3 +146,22 @@ def test_the_section_opens_with_every_previous_cause_and_names_what_is_new():
     assert "| [V0](#v0) t | still failing | F1 | exit 1 | `b.py:7` (was 1) |" in text
     assert "| [D0](#d0) by design | not shown: no failure in this run, and no reproduction | — | — | — |" in text
     assert "**New in 2.0:** [V9](#v9) new." in text
+
+
+def test_a_release_whose_engine_cannot_run_says_so_where_the_end_to_end_section_would_be():
+    from tpargmax import report_e2e
+
+    text = "\n".join(report_e2e.section({}, release_0_33_0.FINDINGS))
+    assert (
+        text.startswith("## End to end")
+        and f"V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14**: not run: {release_0_33_0.NO_ENGINE}"
+        in text
+    )
+    assert report_e2e.section({}, FINDINGS) == []  # 0.32.0's engine runs: a page without its run says nothing
+
+
+def test_a_later_releases_class_named_here_says_which_release_ships_it():
+    """A repro file of 0.33.0's page replayed where 0.32.0 (or no vLLM) is the release: the name is not offered,
+    and the error says where to replay it."""
+    with pytest.raises(AttributeError, match=r"MuseSpark1xForCausalLM ships from vLLM 0\.33\.0 on, and vLLM 0\.32\.0"):
+        models.__getattr__("MuseSpark1xForCausalLM.get_top_tokens")

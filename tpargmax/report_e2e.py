@@ -74,10 +74,17 @@ VERDICTS = {0: "agrees (exit 0)", 1: "**the cause is there** (exit 1)", 2: "not 
 
 
 def section(data: dict[str, Any], findings: Findings | None) -> list[str]:
-    """The section's Markdown; empty where the report has no end-to-end run."""
+    """The section's Markdown; empty where the report has no end-to-end run, but for a release whose findings say why
+    its engine cannot run at all (every cause's reach a reason: 0.33.0's CUDA wheel on a CPU)."""
     e2e = data.get("end_to_end")
     if not e2e:
-        return []
+        reaches = findings.end_to_end if findings else ()
+        if not reaches or not all(reach.why for reach in reaches):
+            return []
+        out = ["## End to end", ""]
+        for why, group in groupby(reaches, key=lambda reach: reach.why):
+            out.append(f"- **{', '.join(r.cause for r in group)}**: not run: {why}")
+        return [*out, ""]
     out = [
         "## End to end",
         "",

@@ -28,12 +28,8 @@ from engines.vllm.build import Built, Subject
 from engines.vllm.layer import PACKAGES, SHM_ENV, pass_unjudged, start_vllm, why_unavailable
 
 RELEASE = installed_vllm() or VLLM_VERSION  # the release whose classes are offered
-SUBJECTS: dict[str, Subject] = {
-    name: subject
-    for family in (dense, eagle, mtp, gemma4, topk)
-    for name, subject in family.SUBJECTS.items()
-    if subject.shipped_in(RELEASE)
-}
+EVERY: dict[str, Subject] = {n: s for family in (dense, eagle, mtp, gemma4, topk) for n, s in family.SUBJECTS.items()}
+SUBJECTS: dict[str, Subject] = {name: subject for name, subject in EVERY.items() if subject.shipped_in(RELEASE)}
 
 _EMBEDDING = "an embedding/pooling model: inherits get_top_tokens from {} but never decodes, so it is not run"
 _UNCHANGED = "its module does not import here ({}); it inherits {}'s get_top_tokens unchanged: covered by {}"
@@ -158,6 +154,12 @@ def specs() -> list[str]:
 def __getattr__(attr: str) -> Callable[..., Any]:
     name, _, path = attr.rpartition(".")
     subject = SUBJECTS.get(name)
+    if name in EVERY and subject is None:  # a later release's class: a repro file of its page, replayed here
+        since = EVERY[name].since
+        raise AttributeError(
+            f"{name} ships from vLLM {since} on, and vLLM {RELEASE} is the release here: replay it in the "
+            f"environment of `tpargmax install-vllm --version {since}`"
+        )
     if subject is None or path not in subject.paths:
         raise AttributeError(f"module {__name__!r} has no attribute {attr!r} (offered: {', '.join(specs())})")
     return _impl(name, path)
