@@ -65,8 +65,9 @@ def test_a_class_is_offered_only_by_the_releases_that_ship_it():
     later = {name: subject.since for name, subject in models.EVERY.items() if subject.since}
     assert set(later.values()) <= set(versions.VLLM_RELEASES[1:]), later
     assert {"MuseSpark1xForCausalLM", "DFlash2BeamForCausalLM", "Step5MTP"} <= set(later)
-    offered = set(models.SUBJECTS)  # no vLLM here: the default release's classes
-    assert models.RELEASE == versions.VLLM_VERSION and not offered & set(later)
+    assert models.RELEASE == (versions.installed_vllm() or versions.VLLM_VERSION)
+    assert set(models.SUBJECTS) == {n for n, s in models.EVERY.items() if s.shipped_in(models.RELEASE)}
+    assert (set(later) <= set(models.SUBJECTS)) == (models.RELEASE != versions.VLLM_VERSION)
 
 
 def test_0_33_0_carries_every_cause_of_0_32_0():
@@ -160,8 +161,10 @@ def test_a_release_whose_engine_cannot_run_says_so_where_the_end_to_end_section_
     assert report_e2e.section({}, FINDINGS) == []  # 0.32.0's engine runs: a page without its run says nothing
 
 
-def test_a_later_releases_class_named_here_says_which_release_ships_it():
+def test_a_later_releases_class_named_here_says_which_release_ships_it(monkeypatch):
     """A repro file of 0.33.0's page replayed where 0.32.0 (or no vLLM) is the release: the name is not offered,
     and the error says where to replay it."""
+    monkeypatch.setattr(models, "RELEASE", "0.32.0")
+    monkeypatch.setattr(models, "SUBJECTS", {n: s for n, s in models.EVERY.items() if s.shipped_in("0.32.0")})
     with pytest.raises(AttributeError, match=r"MuseSpark1xForCausalLM ships from vLLM 0\.33\.0 on, and vLLM 0\.32\.0"):
         models.__getattr__("MuseSpark1xForCausalLM.get_top_tokens")

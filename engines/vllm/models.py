@@ -41,6 +41,8 @@ COVERAGE: dict[str, str] = {
     "DeepSeekV4MultiTokenPredictor": "runs through DeepSeekV4MTP.get_top_tokens (AMD module), which calls it",
     "Glm5NextMultiTokenPredictor": "runs through Glm5NextMTP.get_top_tokens, which calls it",
     "Step5MultiTokenPredictor": "runs through Step5MTP.get_top_tokens, which calls it (0.33.0 on)",
+    "MuseSparkForConditionalGeneration": "MuseSpark1x with vision and audio (0.33.0 on): it inherits "
+    "MuseSpark1xForCausalLM's compute_logits and get_top_tokens unchanged: covered by MuseSpark1xForCausalLM",
     "Dots3NoteMTP": _UNCHANGED.format("needs a newer flash-attn helper", "DeepseekV32MTP", "DeepseekV32MTP"),
     "Dots3NoteMultiTokenPredictor": _UNCHANGED.format(
         "needs a newer flash-attn helper", "DeepseekV32MultiTokenPredictor", "DeepseekV32MTP"
