@@ -168,3 +168,12 @@ def test_a_later_releases_class_named_here_says_which_release_ships_it(monkeypat
     monkeypatch.setattr(models, "SUBJECTS", {n: s for n, s in models.EVERY.items() if s.shipped_in("0.32.0")})
     with pytest.raises(AttributeError, match=r"MuseSpark1xForCausalLM ships from vLLM 0\.33\.0 on, and vLLM 0\.32\.0"):
         models.__getattr__("MuseSpark1xForCausalLM.get_top_tokens")
+
+
+def test_a_merge_takes_the_classes_its_run_found_again():
+    """A merge that ran discovery (any model row) brings the classes' coverage up to date; one that did not keeps
+    the saved report's."""
+    base = {"versions": {}, "budget": {}, "command": "a", "rows": [], "classes": [{"name": "old"}], "refusal": {}}
+    new = {**base, "command": "b", "classes": [{"name": "new"}], "refusal": {"X": "refused"}}
+    assert report.merge(base, new)["classes"] == [{"name": "new"}] and report.merge(base, new)["refusal"]
+    assert report.merge(base, {**new, "classes": []})["classes"] == [{"name": "old"}]

@@ -298,6 +298,8 @@ def merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         **base,
         **({"end_to_end": new["end_to_end"]} if "end_to_end" in new else {}),
         "findings": new.get("findings", base.get("findings")),
+        # the wheel's classes as this run found them and the suite covers them now (a merge runs discovery again)
+        **({"classes": new["classes"], "refusal": new["refusal"]} if new.get("classes") else {}),
         "commands": [*commands, new["command"]],
         "rows": beside(rows),
     }
