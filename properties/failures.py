@@ -80,8 +80,15 @@ def fail(
         )
     )
     # what a repro file needs (written by conftest when the test finally fails; see properties/repro.py)
-    exc.repro = {"rule": rule, "property": prop, "impl": str(impl), "inputs": inputs, "extra": {}, "env": env_of(impl)}
-    exc.repro["versions"] = versions_of(impl)
+    exc.repro = {
+        "rule": rule,
+        "property": prop,
+        "impl": str(impl),
+        "inputs": inputs,
+        "extra": {},
+        "env": env_of(impl),
+        "versions": versions_of(impl),
+    }
     raise exc
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.versions import VLLM_PAGE, VLLM_RELEASES, VLLM_VERSION, installed_vllm, vllm_page
+from engines.versions import VLLM_RELEASES, VLLM_VERSION, installed_vllm, vllm_page
 from engines.vllm import layer, shm
 from engines.vllm.layer import INSTALL_HINT, SHM_ENV, shm_unavailable, vllm_available
 from properties.repro import records as repro
@@ -28,10 +28,9 @@ from tpargmax.report_page import render
 from tpargmax.report_subjects import static_runs
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = ROOT / f"{VLLM_PAGE}.md"  # the default release's: its shared-memory rows ran
 PAGES = {release: ROOT / f"{vllm_page(release)}.md" for release in VLLM_RELEASES}
 DATAS = {release: json.loads(page.with_suffix(".json").read_text(encoding="utf-8")) for release, page in PAGES.items()}
-DATA = DATAS[VLLM_VERSION]
+DATA = DATAS[VLLM_VERSION]  # the default release's: its shared-memory rows ran
 INSTALLED = installed_vllm() if installed_vllm() in DATAS else VLLM_VERSION  # the page whose failures replay here
 
 

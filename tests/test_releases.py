@@ -41,7 +41,7 @@ def test_a_patch_of_an_inherited_method_is_taken_back_off():
 
 @pytest.mark.parametrize("installed", [None, "0.32.0", "0.33.0"])
 def test_each_release_has_its_page_findings_and_repro_folder(monkeypatch, installed):
-    monkeypatch.setattr(report, "installed_vllm", lambda: installed)
+    monkeypatch.setattr(versions, "installed_vllm", lambda: installed)
     title, findings, repro, packages = report.page_spec("vllm")
     release = installed or versions.VLLM_VERSION
     assert title == f"vLLM {release} conformance" and repro == f"repro/vllm-{release}"
@@ -50,7 +50,7 @@ def test_each_release_has_its_page_findings_and_repro_folder(monkeypatch, instal
 
 
 def test_a_release_the_suite_does_not_know_is_refused_before_anything_runs(monkeypatch, capsys):
-    monkeypatch.setattr(report, "installed_vllm", lambda: "0.34.0")
+    monkeypatch.setattr(versions, "installed_vllm", lambda: "0.34.0")
     with pytest.raises(ValueError, match="vLLM 0.34.0 is installed, and this suite knows 0.32.0, 0.33.0"):
         report.page_spec("vllm")
     from tpargmax.cli import main
@@ -65,7 +65,7 @@ def test_a_class_is_offered_only_by_the_releases_that_ship_it():
     later = {name: subject.since for name, subject in models.EVERY.items() if subject.since}
     assert set(later.values()) <= set(versions.VLLM_RELEASES[1:]), later
     assert {"MuseSpark1xForCausalLM", "DFlash2BeamForCausalLM", "Step5MTP"} <= set(later)
-    assert models.RELEASE == (versions.installed_vllm() or versions.VLLM_VERSION)
+    assert models.RELEASE == versions.vllm_release()
     assert set(models.SUBJECTS) == {n for n, s in models.EVERY.items() if s.shipped_in(models.RELEASE)}
     assert (set(later) <= set(models.SUBJECTS)) == (models.RELEASE != versions.VLLM_VERSION)
 

@@ -36,7 +36,7 @@ def not_judged_here(script: templates.Script) -> str | None:
     """What the script says it lacks on this machine (exit 2), or None where it judges: a later release's script on
     an older vLLM, the shared-memory one where vLLM cannot start that communicator."""
     installed = installed_vllm()
-    if script.release != VLLM_VERSION and installed and shipped(script.release, installed) is False:
+    if script.release != VLLM_VERSION and installed and not shipped(script.release, installed):
         return f"vLLM {installed} is installed; what this reproduces ships from vLLM {script.release} on"
     if templates.KINDS[script.kind].shared_memory:
         return shm.shm_unavailable()

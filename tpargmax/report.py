@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engines.versions import TPU_INFERENCE_VERSION, VLLM_RELEASES, VLLM_VERSION, installed_vllm
+from engines.versions import TPU_INFERENCE_VERSION, VLLM_RELEASES, VLLM_VERSION, vllm_release, vllm_repro
 from properties.harness.profiles import BACKEND_SHARE
 from tpargmax import findings_page, release_changes, report_e2e
 from tpargmax.report_json import read_report
@@ -48,7 +48,7 @@ DEFAULT_EXAMPLES = 120  # per property before the gloo share (1/4): 30 generated
 # what each page runs: its title, findings, where its repro files go and the packages its header lists (vLLM's page is
 # the installed release's: page_spec)
 PAGES = {
-    "vllm": (f"vLLM {VLLM_VERSION} conformance", FINDINGS, f"repro/vllm-{VLLM_VERSION}", ()),
+    "vllm": (f"vLLM {VLLM_VERSION} conformance", FINDINGS, vllm_repro(VLLM_VERSION), ()),
     "sampling": ("The engines' samplers under test", SAMPLING_FINDINGS, "repro/sampling", ("triton", "sglang")),
     "tpu-inference": (
         f"tpu-inference {TPU_INFERENCE_VERSION}'s sampler under test",
@@ -64,12 +64,12 @@ def page_spec(page: str) -> tuple[str, str, str, tuple[str, ...]]:
     """:data:`PAGES`' entry for ``page``; vLLM's for the release installed here (its title, its findings, its repro
     folder, and the CUDA wheel's distribution in the header where the release has no CPU wheel), or a ValueError
     naming a release the suite does not know."""
-    release = installed_vllm() or VLLM_VERSION
+    release = vllm_release()
     if page != "vllm" or release == VLLM_VERSION:
         return PAGES[page]
     if release not in VLLM_RELEASES:
         raise ValueError(f"vLLM {release} is installed, and this suite knows {', '.join(VLLM_RELEASES)}")
-    return (f"vLLM {release} conformance", VLLM_FINDINGS[release], f"repro/vllm-{release}", ("vllm",))
+    return (f"vLLM {release} conformance", VLLM_FINDINGS[release], vllm_repro(release), ("vllm",))
 
 
 PYTEST = (sys.executable, "-m", "pytest")
@@ -245,9 +245,9 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
             else:
                 data["rows"].append({**row, "cells": {}, "skipped": why_not[subject]})
     data["rows"] = beside(data["rows"])
-    previous = findings_page.load(data).previous if page == "vllm" else ""
+    previous = release_changes.previous_of(findings_page.load(data)) if page == "vllm" else None
     if previous and has_vllm and not args.rows:  # what became of the previous release's causes, from this wheel
-        data["changes"] = release_changes.measure(findings_page.load({"findings": previous}), ROOT, log)
+        data["changes"] = release_changes.measure(previous, ROOT, log)
     ends = page == "vllm" and has_vllm and not release_changes.lacks()  # an engine that runs here
     if ends and (not args.rows or any(p in report_e2e.ROW for p in args.rows)):
         log(f"[{report_e2e.ROW}] vLLM's engine, speculative decoding: tpargmax e2e and the causes' engine scripts")

@@ -1,7 +1,7 @@
 """Write each vLLM cause's standalone reproduction script from its shrunk case: ``python -m tpargmax.standalone``.
 
 The templates and the choice of case per cause are ``engines.vllm.standalone``'s; the titles are the causes' own
-(``engines.vllm.findings.FINDINGS``); the tensors come from the committed repro file
+(each release's findings, ``tpargmax.report_subjects.VLLM_FINDINGS``); the tensors come from the committed repro file
 (``properties.repro.records.load``), or from the case's seed where the failure has none, written out in the
 script so that it needs nothing of this project.  ``--check`` exits 1 where a committed script is not what this
 would write.
@@ -20,16 +20,19 @@ from string import Template
 
 import torch
 
-from engines.versions import VLLM_VERSION
-from engines.vllm import release_0_33_0, shm
+from engines.versions import VLLM_VERSION, vllm_page, vllm_repro
+from engines.vllm import shm
 from engines.vllm import standalone as templates
-from engines.vllm.findings import FINDINGS
+from engines.vllm.build import release_key
 from properties.cases.case import Case
 from properties.cases.tensors import build
 from properties.repro.records import load
+from tpargmax import findings_page
+from tpargmax.report_subjects import VLLM_FINDINGS
 
 ROOT = Path(__file__).resolve().parent.parent
-BY_RELEASE = {VLLM_VERSION: FINDINGS, release_0_33_0.RELEASE: release_0_33_0.FINDINGS}  # a script's cause is there
+# each release's findings, where its scripts' causes are (the report's map, loaded)
+BY_RELEASE = {release: findings_page.load({"findings": spec}) for release, spec in VLLM_FINDINGS.items()}
 WIDTH = 120  # the project's line length: the scripts pass its ruff check
 
 
@@ -49,7 +52,7 @@ class Source:
 def source(script: templates.Script, root: Path = ROOT) -> Source:
     """The case of ``script``: its repro file's tensors, or its case's, or (``data``) only its sizes."""
     if script.repro:
-        path = f"{templates.repro_directory(script.release)}/{script.repro}.json"
+        path = f"{vllm_repro(script.release)}/{script.repro}.json"
         record, inputs = load(root / path)
         k = record.get("extra", {}).get("k", script.k)
         text = f"Case: {record['case']}{f', k={k}' if k else ''}, from {path}."
@@ -196,7 +199,7 @@ def preconditions(kind: templates.Kind, release: str = VLLM_VERSION) -> dict[str
     start and, in each rank, after vLLM's answer; for a later release's cause, that the installed vLLM is not
     older (``templates.TOO_OLD``)."""
     if release != VLLM_VERSION:
-        since = tuple(int(part) for part in release.split("."))
+        since = release_key(release)
         return {
             "static": "too_old()",
             "functions": templates.TOO_OLD.substitute(since_tuple=since, since=release),
@@ -214,7 +217,7 @@ def preconditions(kind: templates.Kind, release: str = VLLM_VERSION) -> dict[str
 
 
 def path_of(script: templates.Script, root: Path = ROOT) -> Path:
-    return root / templates.directory(script.release) / f"{script.stem}.py"
+    return root / vllm_page(script.release) / f"{script.stem}.py"
 
 
 def scripts() -> list[templates.Script]:

@@ -48,10 +48,11 @@ class Subject:
 
 def shipped(since: str, release: str) -> bool:
     """Whether ``release`` ships what first shipped in ``since`` (empty: the first release under test)."""
-    return not since or _release(release) >= _release(since)
+    return not since or release_key(release) >= release_key(since)
 
 
-def _release(version: str) -> tuple[int, ...]:
+def release_key(version: str) -> tuple[int, ...]:
+    """A release's number as it compares: ``0.33.0`` -> ``(0, 33, 0)``."""
     return tuple(int(part) for part in version.split("."))
 
 

@@ -32,10 +32,10 @@ def _build_muse_spark(module: str) -> Built:
     from vllm.models.muse_spark.common.layers import MulTanhSoftCap
 
     klass = model_class(module, "MuseSpark1xForCausalLM")
-    names = ("get_top_tokens", "compute_logits", "_apply_output_transform")
+    helper = ("_apply_output_transform",)  # what the AMD module's compute_logits calls on the object
     obj = stand_in(
         "MuseSpark1xForCausalLM",
-        {n: getattr(klass, n) for n in names if hasattr(klass, n)},
+        {n: getattr(klass, n) for n in helper if hasattr(klass, n)},
         lm_head=lm_head(1000),
         logits_processor=logits_processor(1000),
         metap_output_multiplier=MUSE_MULTIPLIER,

@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
-from engines.versions import VLLM_VERSION, installed_vllm
+from engines.versions import vllm_release
 from engines.vllm import dense, eagle, gemma4, mtp, topk
 from engines.vllm.build import Built, Subject
 from engines.vllm.layer import PACKAGES, SHM_ENV, pass_unjudged, start_vllm, why_unavailable
 
-RELEASE = installed_vllm() or VLLM_VERSION  # the release whose classes are offered
+RELEASE = vllm_release()  # the release whose classes are offered
 EVERY: dict[str, Subject] = {n: s for family in (dense, eagle, mtp, gemma4, topk) for n, s in family.SUBJECTS.items()}
 SUBJECTS: dict[str, Subject] = {name: subject for name, subject in EVERY.items() if subject.shipped_in(RELEASE)}
 

