@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +15,8 @@ from engines.versions import SGLANG_VERSION
 from sharded.impls import OPTIONAL, load_impl, why_unavailable
 from tests.suite import ROOT, run
 from tpargmax.gpu_check import TRAP, render, runs, trap_caught
+from tpargmax.report import run_pytest
+from tpargmax.report_subjects import Run, Subject
 
 
 def _row(name: str, kind: str, where: str, cells: dict, **more) -> dict:
@@ -104,3 +110,74 @@ def test_an_optional_builtin_says_what_it_needs_in_one_line(name):
 def test_without_cuda_it_refuses_in_one_line():
     done = run([sys.executable, str(ROOT / "scripts" / "gpu_check")])
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "needs a CUDA device" in done.stderr, done.stderr
+
+
+def test_a_row_that_hangs_is_stopped_at_its_limit_with_what_it_started(tmp_path):
+    """The row's deadline runs beside the reading of its output: a run that hangs with its output open (and a
+    process it started) is stopped at the limit and reported so, not waited on."""
+    child = tmp_path / "child.pid"
+    hang = (
+        "import os, subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(child)!r}, 'w').write(str(p.pid))\n"
+        "print('started', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    entries = run_pytest([sys.executable, "-c", hang, "--results-json", str(tmp_path / "r.json")], lambda _: None, 3)
+    assert entries[0]["failures"][0]["rule"] == "the pytest run was stopped at its 3 s limit and no results"
+    pid = int(child.read_text())
+    for _ in range(300):  # killed by the group's SIGKILL: gone once its parent (the init) reaps it
+        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"process {pid}, started by the stopped row, outlived it")
+
+
+def test_the_record_is_saved_after_every_row(monkeypatch):
+    """A run stopped part way (its job's limit) keeps the rows it finished, on a page that says it is unfinished."""
+    from tpargmax import gpu_check
+
+    rows = [(Run((Subject("packed_key", "built-in", "n"),)), "sim", "not here"), *runs(1, None, None)[:1]]
+    monkeypatch.setattr(gpu_check, "runs", lambda *_: [(r, w, "not here") for r, w, _ in rows])
+    monkeypatch.setattr(gpu_check, "kernel_tests", lambda log: {"summary": "1 passed", "failed": [], "status": 0})
+    monkeypatch.setattr(gpu_check, "environment", lambda: {"device": "none"})
+    saved: list[dict] = []
+    args = argparse.Namespace(examples=1, repro_dir="repro/gpu", row_timeout=1.0, no_bench=True)
+    data = gpu_check.build(args, lambda _: None, lambda d: saved.append(json.loads(json.dumps(d))))
+    assert [len(d["rows"]) for d in saved] == [1, 1 + len(rows[1][0].subjects), len(data["rows"])]
+    assert all(d["unfinished"] for d in saved) and "unfinished" not in data
+    assert "**Unfinished:**" in render(saved[0]) and "**Unfinished:**" not in render(data)
+
+
+def test_sglang_files_pack_small_for_a_gpu_machine(tmp_path, monkeypatch):
+    """``--pack-sglang``: the files the subjects load, with the wheel's metadata and RECORD cut to them, which the
+    subjects then find as they find an installed wheel's; anything else is refused, naming what is wrong."""
+    import zipfile
+
+    from engines.sglang import kernels
+    from engines.sglang.sampling_wheel import FILES, pack
+
+    info = f"sglang-{SGLANG_VERSION}.dist-info/"
+    wanted = {**kernels.KERNEL_FILES, **FILES}
+
+    def wheel(name: str, files: list[str]) -> Path:
+        with zipfile.ZipFile(tmp_path / name, "w") as out:
+            for rel in files:
+                out.writestr(rel, "x = 1\n")
+            out.writestr(f"{info}METADATA", f"Metadata-Version: 2.1\nName: sglang\nVersion: {SGLANG_VERSION}\n")
+            out.writestr(f"{info}licenses/LICENSE", "Apache-2.0\n")
+            out.writestr(f"{info}RECORD", "".join(f"{n},,\n" for n in files))
+        return tmp_path / name
+
+    packed = pack(wheel(f"sglang-{SGLANG_VERSION}-cp311-cp311-any.whl", [*wanted.values(), "sglang/srt/big.py"]))
+    target = tmp_path / "site"
+    zipfile.ZipFile(packed).extractall(target)
+    assert not (target / "sglang/srt/big.py").exists() and (target / info / "licenses/LICENSE").exists()
+    monkeypatch.syspath_prepend(str(target))
+    assert set(kernels.kernel_paths(wanted)) == set(wanted)
+    (tmp_path / "README.md").write_text("# not a wheel\n")
+    short = wheel("short.whl", list(kernels.KERNEL_FILES.values()))
+    for bad, words in ((tmp_path / "README.md", "is not a wheel"), (short, f"lacks {FILES['murmur']}, ")):
+        with pytest.raises(ValueError, match=words):
+            pack(bad)

@@ -11,14 +11,17 @@ function of the JSON, so a committed page can be checked against its committed J
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -120,17 +123,30 @@ def run_pytest(command: list[str], log, timeout: float, env: dict[str, str] | No
     started = time.monotonic()
     pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
     environment = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
-    with subprocess.Popen(command, cwd=ROOT, env=environment, **pipe) as proc:
-        for line in proc.stdout:
-            word = next((w for w in ("PASSED", "FAILED", "SKIPPED", "ERROR") if f" {w}" in line), None)
-            if "::" in line and word:
-                log(f"    {line.split('::', 1)[1].split(' ', 1)[0]}: {word} ({time.monotonic() - started:.0f} s)")
+    # Its own process group, so that the deadline stops torchrun's ranks with it; the deadline runs beside the
+    # reading: a run that hangs with its output open is stopped, not waited on.
+    with subprocess.Popen(command, cwd=ROOT, env=environment, start_new_session=True, **pipe) as proc:
+        stopped = threading.Event()
+
+        def kill() -> None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+        deadline = threading.Timer(timeout, lambda: (stopped.set(), kill()))
+        deadline.start()
         try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    if not results.exists():
-        failure = {"rule": f"the pytest run ended with status {proc.returncode} and no results", "details": []}
+            for line in proc.stdout:
+                word = next((w for w in ("PASSED", "FAILED", "SKIPPED", "ERROR") if f" {w}" in line), None)
+                if "::" in line and word:
+                    log(f"    {line.split('::', 1)[1].split(' ', 1)[0]}: {word} ({time.monotonic() - started:.0f} s)")
+            proc.wait()
+        finally:  # interrupted too: nothing it started outlives the report
+            deadline.cancel()
+            if proc.poll() is None:
+                kill()
+    if stopped.is_set() or not results.exists():
+        why = f"was stopped at its {timeout:g} s limit" if stopped.is_set() else f"ended with status {proc.returncode}"
+        failure = {"rule": f"the pytest run {why} and no results", "details": []}
         return [{"test": "(the run)", "outcome": "failed", "params": {}, "skip_reason": None, "failures": [failure]}]
     return json.loads(results.read_text(encoding="utf-8"))
 

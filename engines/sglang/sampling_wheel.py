@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import contextvars
 import types
+import zipfile
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from engines.sglang import kernels
 from engines.sglang.wheel import wheel_functions
+from engines.versions import SGLANG_VERSION
 from sharded.group import TPGroup
 from sharded.triton_env import TRITON_LOCK, interpreting
 
@@ -22,6 +25,33 @@ FILES = {
     "murmur": "sglang/kernels/ops/sampling/murmur_hash.py",
     "sampler": "sglang/srt/layers/sampler.py",
 }
+
+
+def pack(wheel: Path) -> Path:
+    """A zip beside ``wheel`` of the files the subjects load from it (the kernels and the samplers) with the wheel's
+    metadata, its licence and its RECORD cut to them: ``scripts/gpu_check --sglang-wheel`` takes it where the whole
+    wheel (39 MB) is more than a GPU machine can be sent."""
+    wanted = {*kernels.KERNEL_FILES.values(), *FILES.values()}
+    info = f"{kernels.DIST}-{SGLANG_VERSION}.dist-info/"
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except (OSError, zipfile.BadZipFile) as error:
+        raise ValueError(f"--pack-sglang: {wheel} is not a wheel ({error})") from None
+    with archive:
+        names = set(archive.namelist())
+        if not {f"{info}METADATA", f"{info}RECORD"} <= names:
+            raise ValueError(f"--pack-sglang: {wheel} is not sglang {SGLANG_VERSION}'s wheel (no {info})")
+        missing = sorted(wanted - names)
+        if missing:
+            raise ValueError(f"--pack-sglang: {wheel} lacks {', '.join(missing)}")
+        keep = wanted | {n for n in names if n.startswith(info) and ("licen" in n.lower() or n.endswith("METADATA"))}
+        record = [line for line in archive.read(f"{info}RECORD").decode().splitlines() if line.split(",")[0] in keep]
+        out = wheel.with_name(f"{kernels.DIST}-{SGLANG_VERSION}-files.zip")
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as packed:
+            for name in sorted(keep):
+                packed.writestr(name, archive.read(name))
+            packed.writestr(f"{info}RECORD", "\n".join(record) + "\n")
+    return out
 
 
 def why_unavailable() -> str | None:
