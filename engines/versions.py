@@ -22,6 +22,16 @@ def vllm_page(release: str) -> str:
     return f"docs/conformance/vllm-{release}"
 
 
+def sampling_page(release: str) -> str:
+    """The samplers' page with a vLLM release's samplers: the default release's is :data:`SAMPLING_PAGE`."""
+    return SAMPLING_PAGE if release == VLLM_VERSION else f"{SAMPLING_PAGE}-vllm-{release}"
+
+
+def sampling_repro(release: str) -> str:
+    """Where that page keeps its failures' repro files."""
+    return "repro/sampling" if release == VLLM_VERSION else f"repro/sampling-vllm-{release}"
+
+
 def vllm_repro(release: str) -> str:
     """Where a vLLM release's page keeps its failures' repro files, from the checkout's root."""
     return f"repro/vllm-{release}"

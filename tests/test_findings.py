@@ -14,7 +14,7 @@ import pytest
 from engines import sampling_page
 from engines.findings import failure_key
 from engines.tpu_inference import findings as tpu_inference_findings
-from engines.vllm import release_0_33_0
+from engines.vllm import release_0_33_0, release_0_33_0_sampling
 from engines.vllm.findings import FINDINGS, PAGE
 from tests.suite import ROOT
 from tpargmax import findings_page
@@ -24,6 +24,7 @@ PAGES = {
     PAGE: FINDINGS,
     release_0_33_0.PAGE: release_0_33_0.FINDINGS,
     sampling_page.PAGE: sampling_page.FINDINGS,
+    release_0_33_0_sampling.PAGE: release_0_33_0_sampling.FINDINGS,
     tpu_inference_findings.PAGE: tpu_inference_findings.FINDINGS,
 }
 

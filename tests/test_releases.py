@@ -14,7 +14,7 @@ from engines.vllm import models, release_0_33_0
 from engines.vllm.build import shipped
 from engines.vllm.findings import FINDINGS
 from tpargmax import release_changes, report
-from tpargmax.report_subjects import VLLM_FINDINGS
+from tpargmax.report_subjects import SAMPLING_VLLM_FINDINGS, VLLM_FINDINGS
 
 
 class Base:
@@ -46,7 +46,13 @@ def test_each_release_has_its_page_findings_and_repro_folder(monkeypatch, instal
     release = installed or versions.VLLM_VERSION
     assert title == f"vLLM {release} conformance" and repro == f"repro/vllm-{release}"
     assert findings == VLLM_FINDINGS[release] and packages == (() if release == versions.VLLM_VERSION else ("vllm",))
-    assert report.page_spec("sampling") == report.PAGES["sampling"]  # the other pages do not follow vLLM
+    title, findings, repro, packages = report.page_spec("sampling")  # the samplers' page follows vLLM's samplers
+    if release == versions.VLLM_VERSION:
+        assert report.page_spec("sampling") == report.PAGES["sampling"]
+    else:
+        assert title.endswith(f", with vLLM {release}") and repro == f"repro/sampling-vllm-{release}"
+        assert findings == SAMPLING_VLLM_FINDINGS[release] and "vllm" in packages
+    assert report.page_spec("tpu-inference") == report.PAGES["tpu-inference"]  # the TPU page does not follow vLLM
 
 
 def test_a_release_the_suite_does_not_know_is_refused_before_anything_runs(monkeypatch, capsys):
@@ -146,7 +152,7 @@ def test_the_section_opens_with_every_previous_cause_and_names_what_is_new():
     assert text.startswith("## What changed since vLLM 1.0")
     assert "| [V0](#v0) t | still failing | F1 | exit 1 | `b.py:7` (was 1) |" in text
     assert "| [D0](#d0) by design | not shown: no failure in this run, and no reproduction | — | — | — |" in text
-    assert "**New in 2.0:** [V9](#v9) new." in text
+    assert "**New on this page** (not among 1.0's causes): [V9](#v9) new." in text
 
 
 def test_a_release_whose_engine_cannot_run_says_so_where_the_end_to_end_section_would_be():
@@ -177,3 +183,15 @@ def test_a_merge_takes_the_classes_its_run_found_again():
     new = {**base, "command": "b", "classes": [{"name": "new"}], "refusal": {"X": "refused"}}
     assert report.merge(base, new)["classes"] == [{"name": "new"}] and report.merge(base, new)["refusal"]
     assert report.merge(base, {**new, "classes": []})["classes"] == [{"name": "old"}]
+
+
+def test_a_pages_release_is_its_findings_last_word_or_the_default():
+    """What changed is measured since the release of the previous findings: a vLLM page names it; the samplers' page
+    with the default release names none."""
+    from engines import sampling_page
+    from engines.vllm import release_0_33_0, release_0_33_0_sampling
+    from tpargmax.release_changes import previous_of, release_of
+
+    assert release_of(release_0_33_0.FINDINGS) == release_of(release_0_33_0_sampling.FINDINGS) == "0.33.0"
+    assert release_of(sampling_page.FINDINGS) == versions.VLLM_VERSION
+    assert previous_of(release_0_33_0_sampling.FINDINGS) is sampling_page.FINDINGS

@@ -18,62 +18,102 @@ import torch
 
 from engines import sampling_page
 from engines.sglang import sampling as sglang_sampling
-from engines.versions import SGLANG_VERSION
+from engines.versions import SGLANG_VERSION, VLLM_RELEASES, VLLM_VERSION, vllm_release
+from engines.versions import sampling_page as sampling_page_of
 from engines.vllm import triton_files
 from properties.repro import records as repro
 from tests.suite import ROOT, run_script
+from tpargmax import findings_page, report_subjects
 from tpargmax.report_page import render
-from tpargmax.report_subjects import sampling_runs
+from tpargmax.report_subjects import SAMPLING_VLLM_FINDINGS, sampling_runs
 
-PAGE = ROOT / "docs" / "conformance" / "sampling.md"
-DATA = json.loads(PAGE.with_suffix(".json").read_text(encoding="utf-8"))
-FAILURES = [
-    (row, fail) for row in DATA["rows"] for cell in row["cells"].values() for fail in cell["failures"] if fail["case"]
-]
-MISSING = triton_files.why_unavailable() or sglang_sampling.why_unavailable()
+# each vLLM release's samplers' page: the default release's, and a later one's, whose rows are vLLM's and the built-ins
+PAGES = {release: ROOT / f"{sampling_page_of(release)}.md" for release in VLLM_RELEASES}
+DATA = {release: json.loads(page.with_suffix(".json").read_text(encoding="utf-8")) for release, page in PAGES.items()}
 
 
-def test_the_page_is_what_the_report_renders_from_its_json():
-    assert PAGE.read_text(encoding="utf-8") == render(DATA), (
-        f"{PAGE} is stale: regenerate it with `tpargmax report --render {PAGE.with_suffix('.json')} --out {PAGE}`"
+def _failures(release: str) -> list[tuple[dict, dict]]:
+    rows = DATA[release]["rows"]
+    return [(row, fail) for row in rows for cell in row["cells"].values() for fail in cell["failures"] if fail["case"]]
+
+
+def _missing(release: str) -> str | None:
+    """Why this page's failures cannot be replayed here: its engines are not installed, or another vLLM is."""
+    if vllm_release() != release:
+        return f"the page of vLLM {release}'s samplers replays where that release is installed"
+    return triton_files.why_unavailable() or (sglang_sampling.why_unavailable() if release == VLLM_VERSION else None)
+
+
+MISSING = _missing(VLLM_VERSION)
+
+
+@pytest.mark.parametrize("release", VLLM_RELEASES)
+def test_the_page_is_what_the_report_renders_from_its_json(release):
+    page = PAGES[release]
+    assert page.read_text(encoding="utf-8") == render(DATA[release]), (
+        f"{page} is stale: regenerate it with `tpargmax report --render {page.with_suffix('.json')} --out {page}`"
     )
 
 
-def test_every_subject_has_a_row_that_ran():
+@pytest.mark.parametrize("release", VLLM_RELEASES)
+def test_every_subject_has_a_row_that_ran(monkeypatch, release):
+    """Every subject of that release's runs has a row; each ran, but SGLang's where the release's environment has
+    no SGLang (a later release's: its page says so)."""
+    monkeypatch.setattr(report_subjects, "vllm_release", lambda: release)
     subjects = {s.label for run in sampling_runs() for s in run.subjects}
-    rows = {row["name"]: row for row in DATA["rows"]}
+    rows = {row["name"]: row for row in DATA[release]["rows"]}
     assert sorted(subjects - set(rows)) == []
-    assert [name for name in subjects if not rows[name]["cells"]] == []
+    unrun = [name for name in subjects if not rows[name]["cells"]]
+    assert unrun == [] if release == VLLM_VERSION else all(name.startswith("sglang_") for name in unrun), unrun
 
 
-def test_every_failure_with_a_case_has_its_repro_file():
-    for _, fail in FAILURES:
+@pytest.mark.parametrize("release", VLLM_RELEASES)
+def test_every_failure_with_a_case_has_its_repro_file(release):
+    for _, fail in _failures(release):
         record, inputs = repro.load(ROOT / fail["repro_file"])
         assert (record["rule"], record["case"]) == (fail["rule"], fail["case"]), fail["repro_file"]
 
 
-@pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
-def test_the_failures_still_fail_on_replay_with_the_rule_they_recorded():
-    files = sorted({fail["repro_file"] for _, fail in FAILURES})
+@pytest.mark.parametrize("release", VLLM_RELEASES)
+def test_the_failures_still_fail_on_replay_with_the_rule_they_recorded(release):
+    if _missing(release):
+        pytest.skip(_missing(release))
+    files = sorted({fail["repro_file"] for _, fail in _failures(release)})
     env = {**os.environ, "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "1")}
     command = [sys.executable, "-m", "tpargmax", "repro", *files, "--collective-timeout", "300"]
     out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
     assert out.returncode == 1, out.stdout + out.stderr
-    for _, fail in FAILURES:
+    for _, fail in _failures(release):
         assert f"STILL FAILING: [{fail['rule']}]" in out.stdout, fail["repro_file"]
 
 
 SCRIPTS = sorted((ROOT / "docs" / "conformance" / "sampling").glob("*.py"))
+# a later release's page keeps the scripts of the causes it adds in its own folder
+LATER = {release: sorted((ROOT / sampling_page_of(release)).glob("*.py")) for release in VLLM_RELEASES[1:]}
 
 
 def test_every_standalone_script_is_a_causes_and_every_causes_exists():
     named = {cause.script for cause in sampling_page.CAUSES if cause.script}
     assert named == {str(path.relative_to(ROOT)) for path in SCRIPTS}
+    for release, scripts in LATER.items():
+        findings = findings_page.load({"findings": SAMPLING_VLLM_FINDINGS[release]})
+        named = {cause.script for cause in findings.causes if cause.script and release in cause.script}
+        assert named == {str(path.relative_to(ROOT)) for path in scripts}, release
 
 
 # the hand-written reproductions: the samplers' and SGLang's page's (vLLM's are generated: tests/test_standalone.py)
-HAND_WRITTEN = SCRIPTS + sorted((ROOT / "docs" / "conformance" / f"sglang-{SGLANG_VERSION}").glob("*.py"))
-NEEDS_A_DEVICE = {"vllm_gumbel", "vllm_dflash2_cache_out_of_row", "sglang_lilicorr_neg_inf_ids", "nan_row_argmax"}
+HAND_WRITTEN = [
+    *SCRIPTS,
+    *(script for scripts in LATER.values() for script in scripts),
+    *sorted((ROOT / "docs" / "conformance" / f"sglang-{SGLANG_VERSION}").glob("*.py")),
+]
+NEEDS_A_DEVICE = {
+    "vllm_gumbel",
+    "vllm_dflash2_cache_out_of_row",
+    "vllm_dflash2_walk_inf_tie",
+    "sglang_lilicorr_neg_inf_ids",
+    "nan_row_argmax",
+}
 
 
 @pytest.mark.parametrize("script", HAND_WRITTEN, ids=[path.stem for path in HAND_WRITTEN])

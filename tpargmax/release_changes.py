@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.findings import Cause, Findings, Reason
-from engines.versions import installed_vllm
+from engines.versions import VLLM_VERSION, installed_vllm
 from tpargmax.findings_page import Failure, anchor, load, numbers_of
 
 SCRIPT_TIMEOUT = 600.0  # a script's own limit is 300 s for its ranks; vLLM's import comes before it
@@ -86,7 +86,7 @@ def measure(previous: Findings, root: Path, log) -> dict[str, Any]:
                 log(f"  {item.id}: {item.script}")
                 entry["script"] = run_script(item.script, root)
         causes[item.id] = entry
-    release = previous.engine.rpartition(" ")[2]
+    release = release_of(previous)
     return {"since": release, "release": installed_vllm(), "lacks": lacks(), "causes": causes}
 
 
@@ -133,7 +133,7 @@ def _evidence(change: dict[str, Any]) -> str:
 def section(data: dict[str, Any], failures: list[Failure], findings: Findings, previous: Findings) -> list[str]:
     """The page's opening: what became of each of the previous release's causes and reasons, and what is new."""
     changes = data["changes"]
-    since, release = changes["since"], changes.get("release") or findings.engine.rpartition(" ")[2]
+    since, release = changes["since"], changes.get("release") or release_of(findings)
     originals = [f for f in failures if not f[1].get("corrects")]
     now = {item.id: item for item in (*findings.causes, *findings.reasons)}
     out = [
@@ -161,12 +161,21 @@ def section(data: dict[str, Any], failures: list[Failure], findings: Findings, p
     before = {item.id: item for item in (*previous.causes, *previous.reasons)}
     for item in findings.causes:
         if item.id not in before:
-            out.append(f"- **New in {release}:** [{item.id}](#{anchor(item)}) {item.title}.")
+            out.append(
+                f"- **New on this page** (not among {since}'s causes): [{item.id}](#{anchor(item)}) {item.title}."
+            )
         elif item.reaches != before[item.id].reaches:
             out.append(
                 f"- **{item.id} reaches more in {release}:** {item.reaches.rpartition(f'in {release} also ')[2]}."
             )
     return out + [""]
+
+
+def release_of(findings: Findings) -> str:
+    """The vLLM release a page's findings are of: the last word of a release's ("vLLM 0.33.0", "the engines'
+    samplers with vLLM 0.33.0"), else the default release (the samplers' page names none)."""
+    last = findings.engine.rpartition(" ")[2]
+    return last if last[:1].isdigit() else VLLM_VERSION
 
 
 def previous_of(findings: Findings) -> Findings | None:

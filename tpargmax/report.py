@@ -27,7 +27,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engines.versions import TPU_INFERENCE_VERSION, VLLM_RELEASES, VLLM_VERSION, vllm_release, vllm_repro
+from engines.versions import (
+    TPU_INFERENCE_VERSION,
+    VLLM_RELEASES,
+    VLLM_VERSION,
+    sampling_repro,
+    vllm_release,
+    vllm_repro,
+)
 from properties.harness.profiles import BACKEND_SHARE
 from tpargmax import findings_page, release_changes, report_e2e
 from tpargmax.report_json import read_report
@@ -35,6 +42,7 @@ from tpargmax.report_page import render
 from tpargmax.report_subjects import (
     FINDINGS,
     SAMPLING_FINDINGS,
+    SAMPLING_VLLM_FINDINGS,
     TPU_FINDINGS,
     VLLM_FINDINGS,
     Run,
@@ -68,10 +76,13 @@ def page_spec(page: str) -> tuple[str, str, str, tuple[str, ...]]:
     folder, and the CUDA wheel's distribution in the header where the release has no CPU wheel), or a ValueError
     naming a release the suite does not know."""
     release = vllm_release()
-    if page != "vllm" or release == VLLM_VERSION:
+    if page not in ("vllm", "sampling") or release == VLLM_VERSION:
         return PAGES[page]
     if release not in VLLM_RELEASES:
         raise ValueError(f"vLLM {release} is installed, and this suite knows {', '.join(VLLM_RELEASES)}")
+    if page == "sampling":
+        title = f"{PAGES[page][0]}, with vLLM {release}"
+        return (title, SAMPLING_VLLM_FINDINGS[release], sampling_repro(release), (*PAGES[page][3], "vllm"))
     return (f"vLLM {release} conformance", VLLM_FINDINGS[release], vllm_repro(release), ("vllm",))
 
 
@@ -261,7 +272,7 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
             else:
                 data["rows"].append({**row, "cells": {}, "skipped": why_not[subject]})
     data["rows"] = beside(data["rows"])
-    previous = release_changes.previous_of(findings_page.load(data)) if page == "vllm" else None
+    previous = release_changes.previous_of(findings_page.load(data))
     if previous and has_vllm and not args.rows:  # what became of the previous release's causes, from this wheel
         data["changes"] = release_changes.measure(previous, ROOT, log)
     ends = page == "vllm" and has_vllm and not release_changes.lacks()  # an engine that runs here

@@ -25,6 +25,7 @@ FINDINGS = (
     "engines.sampling_findings:FINDINGS",
     "engines.tpu_inference_findings:FINDINGS",
     "engines.vllm.release_0_33_0:FINDINGS",
+    "engines.vllm.release_0_33_0_sampling:FINDINGS",
 )
 OUTCOMES = ("passed", "failed", "skipped")
 OPTIONS = ("--impl", "--topk-impl", "--sampling-impl")

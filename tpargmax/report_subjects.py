@@ -7,7 +7,8 @@ import importlib
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engines.versions import SGLANG_VERSION, TPU_INFERENCE_VERSION
+from engines.versions import SGLANG_VERSION, TPU_INFERENCE_VERSION, vllm_release
+from engines.vllm.build import shipped
 from engines.vllm.layer import INSTALL_HINT as VLLM_HINT
 from engines.vllm.layer import SHM_ENV
 from tpargmax.report_json import FINDINGS as SHIPPED_FINDINGS
@@ -32,6 +33,7 @@ class Subject:
     vllm: bool = False
     corrects: str = ""  # the row this one is the corrected twin of (engines/<engine>/corrected.py)
     needs: str = ""  # MODULE:function saying why it cannot run here (what to install), or None when it can
+    since: str = ""  # the first vLLM release whose samplers' page has this row (empty: every release's)
 
     def why_not(self, has_vllm: bool) -> str | None:
         """Why this subject cannot run here, or None."""
@@ -79,6 +81,7 @@ FINDINGS = SHIPPED_FINDINGS[0]
 SAMPLING_FINDINGS = SHIPPED_FINDINGS[1]
 TPU_FINDINGS = SHIPPED_FINDINGS[2]
 VLLM_FINDINGS = {"0.32.0": FINDINGS, "0.33.0": SHIPPED_FINDINGS[5]}  # each vLLM release's page claims with its own
+SAMPLING_VLLM_FINDINGS = {"0.32.0": SAMPLING_FINDINGS, "0.33.0": SHIPPED_FINDINGS[6]}  # the samplers', likewise
 CORRECTED = "engines.vllm.corrected"
 CORRECTED_KIND = ", corrected"
 FIXED_ARGMAX = f"{CORRECTED}:vllm"  # a corrected top-k's top-1 is compared with the corrected argmax
@@ -244,6 +247,15 @@ def sampling_runs() -> list[Run]:
                     corrects="vllm_dflash2_sampler",
                     needs=vllm_needs,
                 ),
+                Subject(
+                    "engines.vllm.dflash2_sampler:vllm_dflash2_sampler_step2",
+                    "vLLM layer and kernel",
+                    "the same walk judged at its second draft step (the seed spec_step_seed mixes from vLLM 0.33.0 on)",
+                    "vllm_dflash2_sampler_step2",
+                    vllm=True,
+                    needs=vllm_needs,
+                    since="0.33.0",  # 0.32.0 keys every step by the same seed: its second step is its first
+                ),
             ),
             sampling=True,
             env=interpret,
@@ -282,6 +294,8 @@ def sampling_runs() -> list[Run]:
             tests=top_k_tests,
         ),
     ]
+    release = vllm_release()
+    runs = [replace(run, subjects=tuple(s for s in run.subjects if shipped(s.since, release))) for run in runs]
     return [run if not run.tests else replace(run, subjects=tuple(_noted(s) for s in run.subjects)) for run in runs]
 
 

@@ -70,7 +70,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from engines.versions import vllm_release
 from engines.vllm import layer
+from engines.vllm.build import release_key
 from engines.vllm.gumbel import _on_kernel_device, vllm_noise
 from engines.vllm.layer import SHM_ENV, start_vllm, vllm_head
 from engines.vllm.triton_files import DFLASH2, vllm_dir, why_unavailable
@@ -79,7 +81,12 @@ from sharded.group import TPGroup
 from sharded.layout import ShardLayout
 from sharded.triton_env import TRITON_LOCK, interpreting
 
-__all__ = ["vllm_dflash2_sampler", "vllm_dflash2_sampler_corrected", "why_unavailable"]
+__all__ = [
+    "vllm_dflash2_sampler",
+    "vllm_dflash2_sampler_corrected",
+    "vllm_dflash2_sampler_step2",
+    "why_unavailable",
+]
 
 REJECTION = "v1/worker/gpu/spec_decode/rejection_sampler_utils.py"
 _REJECTION_FUNCTIONS = (
@@ -88,24 +95,37 @@ _REJECTION_FUNCTIONS = (
     "_compute_global_logprobs_and_logsumexp",
     "_compute_local_logits_stats_kernel",
 )
+# From vLLM 0.33.0 the statistics kernel knows a request's bonus logit (``_is_bonus_logit``, L198-205) by the
+# next logit's local position being 0, and takes ``num_logits`` where 0.32.0 took ``num_speculative_steps``: one
+# logit per request would be all bonus.  From then on each row is laid out as ``rejection_sample`` lays out a
+# request of one speculative step: its draft logit (local position 0), then its bonus logit (1).
+BONUS_LAYOUT_SINCE = "0.33.0"
 BATCHED_SCORES = 1 << 24  # the most [n, 1, K, K] score elements one walk launch is given (glue 2)
 VOCAB_BLOCK_SIZE = 8192  # rejection_sample's block of the statistics kernel (rejection_sampler_utils.py L1098)
 HEAD: dict[str, object] = {"d2t": "none", "target_extra": 0}
 _RS: Any = None  # the rejection functions, set by _kernels() before the driver's first launch
 
 
+def _bonus_logits() -> int:
+    """The logits a request holds after its draft steps': 0 through vLLM 0.32.0 (its statistics kernel knows the
+    bonus by ``num_speculative_steps``), 1 from ``BONUS_LAYOUT_SINCE`` (the bonus logit itself)."""
+    return 1 if release_key(vllm_release()) >= release_key(BONUS_LAYOUT_SINCE) else 0
+
+
 @cache
 def _rejection_functions() -> types.ModuleType:
-    """The four functions of ``rejection_sampler_utils.py``, compiled from the wheel file under its own path."""
+    """The four functions of ``rejection_sampler_utils.py`` (and ``_is_bonus_logit``, which the statistics kernel
+    calls from 0.33.0 on), compiled from the wheel file under its own path."""
     import triton
     import triton.language as tl
     import triton.language.extra.libdevice as tldevice
 
+    wanted = {*_REJECTION_FUNCTIONS, *(("_is_bonus_logit",) if _bonus_logits() else ())}
     path = vllm_dir() / REJECTION
     tree = ast.parse(path.read_text(), filename=str(path))
-    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in _REJECTION_FUNCTIONS]
-    if {n.name for n in body} != set(_REJECTION_FUNCTIONS):
-        raise RuntimeError(f"{path} lacks {sorted(set(_REJECTION_FUNCTIONS) - {n.name for n in body})}")
+    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
+    if {n.name for n in body} != wanted:
+        raise RuntimeError(f"{path} lacks {sorted(wanted - {n.name for n in body})}")
     name = "tpargmax_vllm_" + REJECTION.removesuffix(".py").replace("/", "_")
     module = types.ModuleType(name)
     module.__file__ = str(path)
@@ -118,7 +138,8 @@ def _rejection_functions() -> types.ModuleType:
 @cache
 def _driver():
     """Our one-program-per-row Triton driver: the draft log-probability of ``token`` that vLLM's rejection sampler
-    computes (``_compute_global_logprobs_and_logsumexp``, ``HAS_DRAFT_LOGITS=True``, draft step 0)."""
+    computes (``_compute_global_logprobs_and_logsumexp``, ``HAS_DRAFT_LOGITS=True``) at draft step ``STEP``, read
+    at the row's logit of that step (``PER`` logits per row)."""
     import triton
     import triton.language as tl
 
@@ -126,14 +147,14 @@ def _driver():
     def draft_log_prob_kernel(
         out_ptr, token_ptr, temp_ptr, target_ptr, target_stride, tmax_ptr, tmax_stride, tsum_ptr, tsum_stride,
         draft_ptr, draft_stride_0, draft_stride_1, dmax_ptr, dmax_stride, dsum_ptr, dsum_stride, vocab_num_blocks,
-        PADDED_VOCAB_NUM_BLOCKS: tl.constexpr,
+        PADDED_VOCAB_NUM_BLOCKS: tl.constexpr, PER: tl.constexpr, STEP: tl.constexpr,
     ):  # fmt: skip
         row = tl.program_id(0).to(tl.int64)
         token = tl.load(token_ptr + row)
         temp = tl.load(temp_ptr + row).to(tl.float32)
         _, draft_log_prob, _, _ = _RS._compute_global_logprobs_and_logsumexp(
-            token, True, row, row, 0, temp, target_ptr, target_stride, tmax_ptr, tmax_stride, tsum_ptr, tsum_stride,
-            draft_ptr, draft_stride_0, draft_stride_1, dmax_ptr, dmax_stride, dsum_ptr, dsum_stride,
+            token, True, row * PER + STEP, row, STEP, temp, target_ptr, target_stride, tmax_ptr, tmax_stride, tsum_ptr,
+            tsum_stride, draft_ptr, draft_stride_0, draft_stride_1, dmax_ptr, dmax_stride, dsum_ptr, dsum_stride,
             vocab_num_blocks, PADDED_VOCAB_NUM_BLOCKS, True,
         )  # fmt: skip
         tl.store(out_ptr + row, draft_log_prob)
@@ -172,73 +193,84 @@ def _groups(layout: ShardLayout, sampling: SamplingParams) -> dict[int, list[int
 def _processed_log_probs(
     rs: types.ModuleType, draft_logits: torch.Tensor, tokens: torch.Tensor, temperature: torch.Tensor, vocab: int
 ) -> torch.Tensor:
-    """vLLM's draft log-probability of ``tokens`` over the realized cache ``draft_logits [n, 1, W]`` (glue 4)."""
-    n = draft_logits.shape[0]
+    """vLLM's draft log-probability of ``tokens`` at the last draft step of the realized cache ``draft_logits
+    [n, steps, W]`` (glue 4), the statistics laid out per row as the release's ``rejection_sample`` lays out a
+    request: a logit per draft step, then the bonus logit from 0.33.0 on (``_bonus_logits``)."""
+    n, steps = draft_logits.shape[:2]
+    per = steps + _bonus_logits()
     vocab_size = min(vocab, draft_logits.shape[-1])
     blocks = max(1, math.ceil(vocab_size / VOCAB_BLOCK_SIZE))
     padded = 1 << (blocks - 1).bit_length()
     f32 = dict(dtype=torch.float32, device=draft_logits.device)
-    target = torch.zeros(n, max(vocab_size, 1), **f32)  # the target's statistics are computed and not used
-    t_argmax = torch.empty(n, blocks, dtype=torch.int64, device=draft_logits.device)
-    t_max, t_sum, d_max, d_sum = (torch.empty(n, blocks, **f32) for _ in range(4))
-    rows = torch.arange(n, dtype=torch.int64, device=draft_logits.device)
-    steps = torch.zeros(n, dtype=torch.int64, device=draft_logits.device)
-    rs._compute_local_logits_stats_kernel[(n, blocks)](
+    i64 = dict(dtype=torch.int64, device=draft_logits.device)
+    target = torch.zeros(n * per, max(vocab_size, 1), **f32)  # the target's statistics are computed and not used
+    t_argmax = torch.empty(n * per, blocks, **i64)
+    t_max, t_sum, d_max, d_sum = (torch.empty(n * per, blocks, **f32) for _ in range(4))
+    rows = torch.arange(n, **i64).repeat_interleave(per)  # expanded_idx_mapping: each logit's request
+    local_pos = torch.arange(per, **i64).repeat(n)  # expanded_local_pos: the draft steps, then the bonus
+    # The last argument: num_speculative_steps through 0.32.0, num_logits from 0.33.0 on.
+    rs._compute_local_logits_stats_kernel[(n * per, blocks)](
         t_argmax, t_argmax.stride(0), t_max, t_max.stride(0), t_sum, t_sum.stride(0), d_max, d_max.stride(0),
         d_sum, d_sum.stride(0), target, target.stride(0), draft_logits, draft_logits.stride(0),
-        draft_logits.stride(1), rows, steps, temperature, vocab_size, 1,
+        draft_logits.stride(1), rows, local_pos, temperature, vocab_size, n * per if _bonus_logits() else steps,
         BLOCK_SIZE=VOCAB_BLOCK_SIZE, HAS_DRAFT_LOGITS=True,
     )  # fmt: skip
     out = torch.full((n,), math.nan, **f32)
     _driver()[(n,)](
         out, tokens.contiguous(), temperature, target, target.stride(0), t_max, t_max.stride(0), t_sum,
         t_sum.stride(0), draft_logits, draft_logits.stride(0), draft_logits.stride(1), d_max, d_max.stride(0),
-        d_sum, d_sum.stride(0), blocks, PADDED_VOCAB_NUM_BLOCKS=padded,
+        d_sum, d_sum.stride(0), blocks, PADDED_VOCAB_NUM_BLOCKS=padded, PER=per, STEP=steps - 1,
     )  # fmt: skip
     return out
 
 
-def _walk(ids: torch.Tensor, unary: torch.Tensor, sampling: SamplingParams, width: int, vocab: int):
-    """``CandidateSampler.sample`` over one group's candidates: tokens ``[n]`` and processed log-probs ``[n]``."""
+def _walk(ids: torch.Tensor, unary: torch.Tensor, sampling: SamplingParams, width: int, vocab: int, steps: int = 1):
+    """``CandidateSampler.sample`` over one group's candidates, ``steps`` draft steps (glue 3): the last step's
+    tokens ``[n]`` and processed log-probs ``[n]``."""
     speculator, rs = _kernels()
     n, k = ids.shape
     device = ids.device
     kernel_device = _on_kernel_device(ids).device
     on = lambda t: t.to(kernel_device)  # noqa: E731
+    i64 = dict(dtype=torch.int64, device=kernel_device)
     temperature = on(sampling.temperature.float().contiguous())
     seeds = on(sampling.seed.to(torch.int64).contiguous())
-    # The walk reads row r's scores at (r * K + previous) * K: a batch needs the [n, 1, K, K] layout, which for a
-    # K near the vocabulary does not fit in memory; then each row is its own launch (num_reqs 1, the row's K
-    # scores at offset 0).  Each program reads only its own row, so the draw is the same either way.
-    launches = [list(range(n))] if n * k * k <= BATCHED_SCORES else [[r] for r in range(n)]
-    draft_tokens = torch.zeros(n, dtype=torch.int64, device=kernel_device)
-    draft_logits = torch.full((n, 1, width), -math.inf, dtype=torch.float32, device=kernel_device)
+    # The walk reads row r's scores at step s at ((r * steps + s) * K + previous) * K: a batch needs the
+    # [n, steps, K, K] layout, which for a K near the vocabulary does not fit in memory; then each row is its own
+    # launch (one step: the row's K scores at offset 0, as previous is 0 there).  Each program reads only its own
+    # row, so the draw is the same either way.
+    launches = [list(range(n))] if n * steps * k * k <= BATCHED_SCORES else [[r] for r in range(n)]
+    draft_tokens = torch.zeros(n, **i64)
+    draft_logits = torch.full((n, steps, width), -math.inf, dtype=torch.float32, device=kernel_device)
     with TRITON_LOCK:
         for rows in launches:
             m, index = len(rows), torch.tensor(rows, device=kernel_device)
-            # glue 2: no pairwise term, the same unary logits for every predecessor
-            scores = unary.float()[rows].view(m, 1, 1, k).expand(m, 1, k if m > 1 else 1, k)
-            sampler = speculator.CandidateSampler(m, 1, k, kernel_device)
-            tokens = torch.zeros(m, dtype=torch.int64, device=kernel_device)
-            cache = torch.full((m, 1, width), -math.inf, dtype=torch.float32, device=kernel_device)
+            # glue 2: no pairwise term, the same unary logits for every predecessor and step
+            full = m > 1 or steps > 1
+            scores = unary.float()[rows].view(m, 1, 1, k).expand(m, steps, k if full else 1, k)
+            sampler = speculator.CandidateSampler(m, steps, k, kernel_device)
+            tokens = torch.zeros(m * steps, **i64)
+            cache = torch.full((m, steps, width), -math.inf, dtype=torch.float32, device=kernel_device)
             sampler.sample(
-                on(ids[rows].view(m, 1, k)),
+                on(ids[rows].view(m, 1, k).expand(m, steps, k)),
                 on(scores),
                 m,
-                torch.ones(m, dtype=torch.int64, device=kernel_device),  # sample_pos 1: the walk's position 0
-                torch.arange(m, dtype=torch.int64, device=kernel_device),  # idx_mapping
+                torch.ones(m * steps, **i64),  # sample_pos 1 at every step: the walk's position 0
+                torch.arange(m, **i64).repeat_interleave(steps),  # idx_mapping, per (request, step)
                 temperature[index].contiguous(),
                 seeds[index].contiguous(),
                 tokens,
                 cache,
                 False,
             )
-            draft_tokens[index], draft_logits[index] = tokens, cache
+            draft_tokens[index], draft_logits[index] = tokens.view(m, steps)[:, -1], cache
         processed = _processed_log_probs(rs, draft_logits, draft_tokens, temperature, vocab)
     return draft_tokens.to(device), processed.to(device)
 
 
-def _sample(top_k_fn, hidden, weight, bias, layout: ShardLayout, sampling: SamplingParams, scale, soft_cap, d2t):
+def _sample(
+    top_k_fn, hidden, weight, bias, layout: ShardLayout, sampling: SamplingParams, scale, soft_cap, d2t, steps=1
+):
     sampling.check(hidden.shape[0])
     head, processor = vllm_head(layout, weight, scale, soft_cap)
     batch, device = hidden.shape[0], hidden.device
@@ -251,7 +283,7 @@ def _sample(top_k_fn, hidden, weight, bias, layout: ShardLayout, sampling: Sampl
         h, sub = hidden[rows], sampling.rows(rows).to(device)
         ids, unary = top_k_fn(processor, head, h, k, bias, return_log_probs=False)  # compute_candidates
         lp_ids, lp = top_k_fn(processor, head, h, k, bias, return_log_probs=True)
-        token, processed = _walk(ids, unary, sub, layout.padded_vocab, layout.vocab)
+        token, processed = _walk(ids, unary, sub, layout.padded_vocab, layout.vocab, steps)
         at = lp_ids == token.unsqueeze(1)
         raw = torch.where(at.any(1), lp.float().masked_fill(~at, 0.0).sum(1), math.nan)
         index = torch.tensor(rows, device=device)
@@ -308,12 +340,31 @@ def vllm_dflash2_sampler_corrected(
     return _sample(_fixed_top_k, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t)
 
 
+def vllm_dflash2_sampler_step2(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    layout: ShardLayout,
+    *,
+    sampling: SamplingParams,
+    scale: float = 1.0,
+    soft_cap: float | None = None,
+    d2t: torch.Tensor | None = None,
+    group: TPGroup,
+):
+    """:func:`vllm_dflash2_sampler` judged at the walk's second draft step: the same candidates and unary scores at
+    both steps, position 0 at both, so the step's draw differs from the first only by the seed the release keys it
+    with (``spec_step_seed(seed, 1)`` from vLLM 0.33.0 on); its log-probability from the rejection sampler's
+    statistics at draft step 1."""
+    return _sample(_vllm_top_k, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, steps=2)
+
+
 def _needs() -> str | None:
     """What the subjects lack here: vLLM's Triton files and a device or the interpreter, then what its head does."""
     return why_unavailable() or layer.why_unavailable()
 
 
-for _fn in (vllm_dflash2_sampler, vllm_dflash2_sampler_corrected):
+for _fn in (vllm_dflash2_sampler, vllm_dflash2_sampler_corrected, vllm_dflash2_sampler_step2):
     _fn.noise = vllm_noise(drafting=True)
     _fn.masks = ("top_k",)
     _fn.draws_from_candidates = True  # get_top_k_tokens' merged top k
@@ -323,3 +374,4 @@ for _fn in (vllm_dflash2_sampler, vllm_dflash2_sampler_corrected):
     _fn.needs = _needs
     _fn.env = (SHM_ENV,)
     _fn.packages, _fn.pass_unjudged = layer.PACKAGES, layer.pass_unjudged
+vllm_dflash2_sampler_step2.noise = vllm_noise(drafting=True, step=1)  # the second step's seed

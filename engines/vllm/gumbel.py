@@ -45,16 +45,17 @@ def _on_kernel_device(t: torch.Tensor) -> torch.Tensor:
     return t if interpreting() or t.device.type == "cuda" else t.cuda()
 
 
-def vllm_noise(drafting: bool = False):
-    """vLLM's float32 Gumbel noise of (row seed, position 0, id), as ``fn.noise``: ``[B, n]``."""
+def vllm_noise(drafting: bool = False, step: int = 0):
+    """vLLM's float32 Gumbel noise of (row seed, position 0, id), as ``fn.noise``: ``[B, n]``; ``step``: a draft
+    walk's step, whose seed the release mixes (``gumbel_kernels.noise``)."""
 
     def noise(seeds: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         kernels = _kernels()  # imported (vLLM's file loaded) before the lock: the loader takes it too
         with TRITON_LOCK:
-            out = kernels.noise(_on_kernel_device(seeds), _on_kernel_device(ids), drafting=drafting)
+            out = kernels.noise(_on_kernel_device(seeds), _on_kernel_device(ids), drafting=drafting, step=step)
         return out.to(ids.device)
 
-    noise.__name__ = "vllm_draft_noise" if drafting else "vllm_noise"
+    noise.__name__ = ("vllm_draft_noise" if drafting else "vllm_noise") + (f"_step{step}" if step else "")
     return noise
 
 

