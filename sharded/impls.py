@@ -56,6 +56,7 @@ _SHIPPED = (
     {"tests.broken", "tests.broken_top_k", "tests.broken_sampling", "engines.variants", _SGLANG}
     | {"engines.vllm.layer", "engines.vllm.models", "engines.vllm.corrected"}
     | {"engines.vllm.gumbel", "engines.vllm.dflash2_sampler", "engines.sglang.sampling"}
+    | {"engines.vllm.topk_topp_triton", "engines.vllm.xpress_argmax"}
     | {"engines.tpu_inference.adapter", "engines.tpu_inference.sampler", "engines.tpu_inference.fixes"}
 )
 SHIPPED_MODULES = frozenset(_SHIPPED | {old for old, new in MOVED.items() if new in _SHIPPED})
