@@ -101,13 +101,14 @@ def why_unavailable() -> str | None:
     """Why the XPress subjects cannot run here, in one line, or None: no vLLM, a release before 0.33.0 (its wheel
     has no XPress kernels), a release the suite does not know, no Triton or NumPy, no GPU nor interpreter."""
     have = installed_vllm()
-    if have is None or triton_files.vllm_dir() is None:
+    if have is None:
         return f"{SUBJECT} need vLLM {SINCE} or later, with Triton and NumPy: {INSTALL}"
     if _before(have, SINCE):
         return f"vLLM {have} is installed, without {SUBJECT} ({XPRESS} ships from vLLM {SINCE} on): {INSTALL}"
     if have not in VLLM_RELEASES:
         return f"vLLM {have} is installed, the releases under test are {' and '.join(VLLM_RELEASES)}: {INSTALL}"
-    if not (triton_files.vllm_dir() / XPRESS).is_file():
+    root = triton_files.vllm_dir()
+    if root is None or not (root / XPRESS).is_file():
         return f"vLLM {have}'s wheel has no {XPRESS} ({SUBJECT} ship from vLLM {SINCE} on)"
     return triton_env.why_unavailable(SUBJECT, INSTALL)
 
