@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 # What judging a cause may take that some build of an engine lacks: a report records which of these its build lacks
@@ -78,6 +78,17 @@ class Cause:
     @property
     def all_failures(self) -> tuple[str, ...]:
         return self.failures + tuple(k for c in self.consequences for k in c.failures)
+
+    def claiming(self, claims: tuple[tuple[str, ...], ...], reaches: str = "") -> Cause:
+        """This cause as a later page claims it: ``claims`` is its direct failures, then each consequence's in
+        order; ``reaches``, where given, replaces its reach."""
+        direct, *follow = claims
+        return replace(
+            self,
+            reaches=reaches or self.reaches,
+            failures=direct,
+            consequences=tuple(replace(c, failures=keys) for c, keys in zip(self.consequences, follow, strict=True)),
+        )
 
 
 @dataclass(frozen=True)

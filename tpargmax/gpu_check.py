@@ -133,6 +133,10 @@ def build(args: argparse.Namespace, log, save=lambda data: None) -> dict[str, An
         "rows": [],
         "benchmark": [],
     }
+
+    def so_far() -> None:
+        save({**data, "seconds": round(time.monotonic() - started), "unfinished": True})
+
     for run, where, why_not in runs(gpus, no_triton, no_sglang):
         log(f"{', '.join(s.label for s in run.subjects)} on {where}, {time.monotonic() - started:.0f} s so far")
         row_started = time.monotonic()
@@ -157,9 +161,9 @@ def build(args: argparse.Namespace, log, save=lambda data: None) -> dict[str, An
                 "cells": {} if why_not else cells(entries, run, subject),
             }
             data["rows"].append({**row, "skipped": why_not} if why_not else row)
-        save({**data, "seconds": round(time.monotonic() - started), "unfinished": True})
+        so_far()
     data["kernel_tests"] = kernel_tests(log)
-    save({**data, "seconds": round(time.monotonic() - started), "unfinished": True})
+    so_far()
     if not args.no_bench and no_triton is None:
         log(f"benchmark, {time.monotonic() - started:.0f} s so far")
         from sharded.triton_key import benchmark

@@ -60,7 +60,12 @@ DEFAULT_EXAMPLES = 120  # per property before the gloo share (1/4): 30 generated
 # the installed release's: page_spec)
 PAGES = {
     "vllm": (f"vLLM {VLLM_VERSION} conformance", FINDINGS, vllm_repro(VLLM_VERSION), ()),
-    "sampling": ("The engines' samplers under test", SAMPLING_FINDINGS, "repro/sampling", ("triton", "sglang")),
+    "sampling": (
+        "The engines' samplers under test",
+        SAMPLING_FINDINGS,
+        sampling_repro(VLLM_VERSION),
+        ("triton", "sglang"),
+    ),
     "tpu-inference": (
         f"tpu-inference {TPU_INFERENCE_VERSION}'s sampler under test",
         TPU_FINDINGS,

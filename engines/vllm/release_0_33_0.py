@@ -159,13 +159,7 @@ WHY = {
 def _carried(cause):
     """A 0.32.0 cause as this release's page claims it: its failures, and the reach its new classes add."""
     more = REACHES.get(cause.id)
-    direct, *follow = FAILURES[cause.id]
-    return replace(
-        cause,
-        reaches=f"{cause.reaches}; in 0.33.0 also {more}" if more else cause.reaches,
-        failures=direct,
-        consequences=tuple(replace(c, failures=keys) for c, keys in zip(cause.consequences, follow, strict=True)),
-    )
+    return cause.claiming(FAILURES[cause.id], f"{cause.reaches}; in 0.33.0 also {more}" if more else "")
 
 
 def _reason(reason):

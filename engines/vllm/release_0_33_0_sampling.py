@@ -10,8 +10,6 @@ SGLang's rows need SGLang's wheel, which this environment lacks; they are on 0.3
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from engines import sampling_page as previous
 from engines.findings import Cause, Findings, Reason
 from engines.versions import sampling_page
@@ -100,16 +98,6 @@ FAILURES: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 
 
-def _carried(cause):
-    """A 0.32.0 samplers' cause as this page claims it."""
-    direct, *follow = FAILURES.get(cause.id, ((), *((),) * len(cause.consequences)))
-    return replace(
-        cause,
-        failures=direct,
-        consequences=tuple(replace(c, failures=keys) for c, keys in zip(cause.consequences, follow, strict=True)),
-    )
-
-
 _WALK = "vllm/v1/worker/gpu/spec_decode/dflash2/speculator.py"
 _GUMBEL_FILE = "vllm/v1/worker/gpu/sample/gumbel.py"
 NEW = (
@@ -160,7 +148,12 @@ REASONS = (
 FINDINGS = Findings(
     f"the engines' samplers with vLLM {RELEASE}",
     PAGE,
-    tuple(_carried(cause) for cause in previous.CAUSES if not cause.id.startswith("S")) + NEW,
+    tuple(
+        cause.claiming(FAILURES.get(cause.id, ((),) * (1 + len(cause.consequences))))
+        for cause in previous.CAUSES
+        if not cause.id.startswith("S")
+    )
+    + NEW,
     REASONS,
     previous=f"{previous.__name__}:FINDINGS",
 )

@@ -115,7 +115,6 @@ def _typed_range() -> Iterator[None]:
     if not interpreting():
         yield
         return
-    import numpy as np
     import triton.language as tl
     from triton.runtime import interpreter
 
@@ -127,7 +126,9 @@ def _typed_range() -> Iterator[None]:
 
         def typed(*args, **kwargs):
             for i in plain(*args, **kwargs):
-                yield tl.tensor(interpreter.TensorHandle(np.array([i], dtype=np.int32), tl.int32), tl.int32)
+                yield tl.tensor(
+                    interpreter.TensorHandle(torch.tensor([i], dtype=torch.int32).numpy(), tl.int32), tl.int32
+                )
 
         scope.set_attr(lang, "range", typed)
 
