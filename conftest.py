@@ -402,8 +402,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             if hasattr(exc, "repro") and report.when == "call" and not replaying:
                 notes = "\n".join(getattr(exc, "__notes__", []))
                 blob = next((line.strip() for line in notes.splitlines() if "@reproduce_failure" in line), None)
-                path = repro.write(run_settings.current().repro_dir, exc.repro, blob, item.originalname)
-                report.sections.append(("tpargmax repro file", f"{path}\nreplay: tpargmax repro {path}"))
+                try:
+                    path = repro.write(run_settings.current().repro_dir, exc.repro, blob, item.originalname)
+                except Exception as error:  # a dead CUDA context (a device-side assert) cannot copy the tensors
+                    why = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                    report.sections.append(("tpargmax repro file", f"not written ({why}): the case above replays"))
+                else:
+                    report.sections.append(("tpargmax repro file", f"{path}\nreplay: tpargmax repro {path}"))
             recorded.append((exc, None if path is None else str(path)))
     results.record(item, report, recorded)
     return report

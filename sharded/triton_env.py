@@ -32,6 +32,12 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def on_kernel_device(t: torch.Tensor) -> torch.Tensor:
+    """``t`` where a Triton kernel can read it: anywhere under the interpreter, else on CUDA (a compiled kernel
+    refuses a CPU pointer)."""
+    return t if interpreting() or t.device.type == "cuda" else t.cuda()
+
+
 @cache
 def triton_imports() -> bool:
     """Whether ``triton`` and ``triton.language`` import here (a broken install is as good as none)."""

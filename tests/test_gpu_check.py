@@ -134,6 +134,22 @@ def test_a_row_that_hangs_is_stopped_at_its_limit_with_what_it_started(tmp_path)
         pytest.fail(f"process {pid}, started by the stopped row, outlived it")
 
 
+@pytest.mark.parametrize(("results", "status"), [("[]", 5), (None, 4)], ids=["empty", "usage-error"])
+def test_a_row_that_runs_no_test_says_why(tmp_path, results, status):
+    """A run with no results, or an empty list of them (pytest's exit 5, or a usage error after the results were
+    set up), is a failed row holding the run's last lines: a row is never lost without a word."""
+    out = tmp_path / "r.json"
+    script = (
+        "import pathlib, sys\n"
+        + (f"pathlib.Path({str(out)!r}).write_text({results!r})\n" if results is not None else "")
+        + f"print('ERROR: --sampling-impl: no such subject')\nsys.exit({status})\n"
+    )
+    entries = run_pytest([sys.executable, "-c", script, "--results-json", str(out)], lambda _: None, 60)
+    (failure,) = entries[0]["failures"]
+    assert failure["rule"] == f"the pytest run ended with status {status} and no results"
+    assert failure["details"] == ["ERROR: --sampling-impl: no such subject"]
+
+
 def test_the_record_is_saved_after_every_row(monkeypatch):
     """A run stopped part way (its job's limit) keeps the rows it finished, on a page that says it is unfinished."""
     from tpargmax import gpu_check

@@ -51,7 +51,9 @@ def _case(**fields: object):
 def _inputs(fields: dict, backend: str = "sim"):
     from properties.cases.tensors import build
 
-    return replace(build(_case(**fields)), backend=backend)
+    inputs = replace(build(_case(**fields)), backend=backend)
+    # Compiled kernels take CUDA tensors alone (the interpreter, any): the simulated group's ranks share the GPU.
+    return inputs.on("cuda") if torch.cuda.is_available() and backend == "sim" else inputs
 
 
 def _impl(name: str):

@@ -154,13 +154,19 @@ def test_every_value_is_rounded_like_torch(dtype):
     else:
         values = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype)
     raw, ids = values.to(DEVICE), torch.arange(values.numel(), device=DEVICE)
+    wrong = []  # every (scale, cap) that differs, each with its first inputs and how far (in keys' ulps)
     for scale, soft_cap in (*SCALE_CAPS, (1.0, 1e-3), (3.0, 7.0), (1e-30, None)):
         got = torch.empty(values.numel(), dtype=torch.int64, device=DEVICE)
         scalars, flags = logit_args(raw, scale, soft_cap)
         src = raw.view(torch.int16) if dtype == torch.bfloat16 else raw
         _elementwise_keys[(triton.cdiv(values.numel(), 4096),)](src, got, values.numel(), *scalars, **flags)
-        bad = (got != encode_keys(_capped(raw, scale, soft_cap), ids)).nonzero().flatten().cpu()
-        assert not bad.numel(), f"scale {scale}, cap {soft_cap}: inputs {values[bad][:5].tolist()} differ"
+        want = encode_keys(_capped(raw, scale, soft_cap), ids)
+        bad = (got != want).nonzero().flatten()
+        if bad.numel():
+            ulps = ((got[bad] >> 32) - (want[bad] >> 32))[:3].tolist()
+            first = values[bad.cpu()][:3].tolist()
+            wrong.append(f"scale {scale}, cap {soft_cap}: {bad.numel()} inputs, {first} by {ulps}")
+    assert not wrong, "; ".join(wrong)
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)

@@ -6,8 +6,9 @@ draws the same cases:
 1. the built-ins (and the fused Triton built-in ``triton_key``) with ``--device cuda`` on the simulated group,
    which runs every tp on one GPU; the top-k built-in likewise;
 2. SGLang's shipped paths, when the pinned wheel is installed (``tpargmax install-sglang``, or
-   ``--sglang-wheel`` here: the GPU machine has no package registry); the engines' samplers but DFlash2's, given
-   SGLang's wheel and vLLM's Gumbel file (``--vllm-files``, written by ``--pack-vllm`` where vLLM is installed);
+   ``--sglang-wheel`` here: the GPU machine has no package registry); the built-in samplers, and the engines' but
+   DFlash2's, given SGLang's wheel and vLLM's Gumbel file (``--vllm-files``, written by ``--pack-vllm`` where vLLM
+   is installed);
 3. the TF32 trap (``tests.broken:tf32_matmul``), which must fail token-exactness and be named for rule 1;
 4. the built-ins on a torchrun job's NCCL group, one rank per GPU: tp = the node's GPUs (tp=1 on one GPU);
 5. the kernels' own tests (``tests/test_triton_key.py``, ``tests/test_sglang_kernels.py``), whose exhaustive
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -67,8 +69,8 @@ def environment() -> dict[str, str]:
 
 
 def runs(gpus: int, no_triton: str | None, no_sglang: str | None) -> list[tuple[Run, str, str | None]]:
-    """(run, where it runs, why it cannot run here or None) for every row of the page.  The engines' samplers run
-    but DFlash2's, which needs the whole of vLLM installed (and its dependencies)."""
+    """(run, where it runs, why it cannot run here or None) for every row of the page.  The samplers run, the
+    built-in ones and the engines' but DFlash2's, which needs the whole of vLLM installed (and its dependencies)."""
     sim = "sim"
     builtins = [
         Subject("packed_key", "built-in", "one int64 key, one all_reduce"),
@@ -91,7 +93,7 @@ def runs(gpus: int, no_triton: str | None, no_sglang: str | None) -> list[tuple[
         (Run(sglang), sim, no_sglang),  # one head, so one run
         *(
             (replace(r, subjects=subjects, env=()), sim, subjects[0].why_not(has_vllm=True))
-            for r in sampling_runs()[1:]
+            for r in sampling_runs()
             if (subjects := tuple(s for s in r.subjects if "dflash2" not in s.spec))
         ),
         (
@@ -182,12 +184,14 @@ KERNEL_TESTS = ("tests/test_triton_key.py", "tests/test_sglang_kernels.py")
 
 
 def kernel_tests(log) -> dict[str, Any]:
-    """The kernels' own tests on this GPU: pytest's summary line and the failed test ids."""
+    """The kernels' own tests on this GPU: pytest's summary line, and each failed test's id and reason."""
     log("the kernels' own tests")
     command = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", "-rfE"]
-    done = subprocess.run([*command, *KERNEL_TESTS], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    wide = {**os.environ, "COLUMNS": "400"}  # pytest cuts each summary line to the terminal's width
+    done = subprocess.run([*command, *KERNEL_TESTS], cwd=ROOT, env=wide, capture_output=True, text=True, timeout=600)
     lines = done.stdout.strip().splitlines() or ["(no output)"]
-    failed = [line.split()[1] for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    # "FAILED id - message": the id and pytest's one-line reason (the first line of the error, cut to fit)
+    failed = [line.split(" ", 1)[1] for line in lines if line.startswith(("FAILED ", "ERROR "))]
     return {"summary": lines[-1].strip("= "), "failed": failed, "status": done.returncode}
 
 
@@ -244,7 +248,10 @@ def render(data: dict[str, Any]) -> str:
     tests = data.get("kernel_tests")
     if tests:
         out += ["## The kernels' own tests", "", f"`pytest {' '.join(KERNEL_TESTS)}`: {tests['summary']}", ""]
-        out += [f"- failed: `{name}`" for name in tests["failed"]] + ([""] if tests["failed"] else [])
+        for test in tests["failed"]:
+            name, _, why = test.partition(" - ")
+            out.append(f"- failed: `{name}`" + (f": {why}" if why else ""))
+        out += [""] if tests["failed"] else []
     if data["benchmark"]:
         columns = list(data["benchmark"][0])
         out += ["## Kernel times per rank shard (µs, CUDA events)", "", "| " + " | ".join(columns) + " |"]
@@ -294,8 +301,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
-
-    import os
 
     import torch
 

@@ -11,6 +11,7 @@ function of the JSON, so a committed page can be checked against its committed J
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -92,6 +93,7 @@ def page_spec(page: str) -> tuple[str, str, str, tuple[str, ...]]:
 
 
 PYTEST = (sys.executable, "-m", "pytest")
+TAIL = 15  # lines of a broken run's output its failure keeps
 RUN_FLAGS = ("-p", "no:cacheprovider", "-v", "--no-header", "--hypothesis-profile", "ci")  # every run of a report
 
 
@@ -142,7 +144,7 @@ def run_pytest(command: list[str], log, timeout: float, env: dict[str, str] | No
     # Its own process group, so that the deadline stops torchrun's ranks with it; the deadline runs beside the
     # reading: a run that hangs with its output open is stopped, not waited on.
     with subprocess.Popen(command, cwd=ROOT, env=environment, start_new_session=True, **pipe) as proc:
-        stopped = threading.Event()
+        stopped, tail = threading.Event(), collections.deque(maxlen=TAIL)
 
         def kill() -> None:
             with contextlib.suppress(ProcessLookupError):
@@ -152,6 +154,7 @@ def run_pytest(command: list[str], log, timeout: float, env: dict[str, str] | No
         deadline.start()
         try:
             for line in proc.stdout:
+                tail.append(line.rstrip())
                 word = next((w for w in ("PASSED", "FAILED", "SKIPPED", "ERROR") if f" {w}" in line), None)
                 if "::" in line and word:
                     log(f"    {line.split('::', 1)[1].split(' ', 1)[0]}: {word} ({time.monotonic() - started:.0f} s)")
@@ -160,11 +163,15 @@ def run_pytest(command: list[str], log, timeout: float, env: dict[str, str] | No
             deadline.cancel()
             if proc.poll() is None:
                 kill()
-    if stopped.is_set() or not results.exists():
-        why = f"was stopped at its {timeout:g} s limit" if stopped.is_set() else f"ended with status {proc.returncode}"
-        failure = {"rule": f"the pytest run {why} and no results", "details": []}
-        return [{"test": "(the run)", "outcome": "failed", "params": {}, "skip_reason": None, "failures": [failure]}]
-    return json.loads(results.read_text(encoding="utf-8"))
+    entries = [] if stopped.is_set() or not results.exists() else json.loads(results.read_text(encoding="utf-8"))
+    if entries and proc.returncode in (0, 1):  # 1: a test failed, and its entry says how
+        return entries
+    # Stopped, broken (a usage error, a crash) or empty (exit 5): one failed entry with the run's last lines.
+    why = f"was stopped at its {timeout:g} s limit" if stopped.is_set() else f"ended with status {proc.returncode}"
+    got = f"{len(entries)} result(s)" if entries else "no results"
+    failure = {"rule": f"the pytest run {why} and {got}", "details": [line for line in tail if line.strip()]}
+    run = {"test": "(the run)", "outcome": "failed", "params": {}, "skip_reason": None, "failures": [failure]}
+    return [*entries, run]
 
 
 def _keep(path: Path, repro_dir: Path) -> str:

@@ -80,6 +80,7 @@ from sharded.group import TPGroup
 from sharded.keys import encode_keys
 from sharded.layout import ShardLayout, every_rank
 from sharded.local_sampling import gathered_sample, shard_tokens
+from sharded.triton_env import on_kernel_device
 
 __all__ = [
     "sglang_candidate_topk",
@@ -127,7 +128,8 @@ class _Head:
 def sglang_murmur_noise(seeds: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """float32 ``[B, n]``: the Gumbel noise ``multinomial_with_seed`` adds at column ``id``, position 0 (L954-970),
     rounded once to float32.  SGLang adds it in float64."""
-    sglang = load()
+    sglang, device = load(), ids.device
+    seeds, ids = on_kernel_device(seeds), on_kernel_device(ids)  # the oracle's, on the CPU
     seed, positions = seeds.to(torch.uint64), torch.zeros_like(seeds)
     if ids.ndim == 1:  # murmur_hash32 takes one column vector for every row
         hashed = sglang.murmur_hash32(seed, positions, ids.contiguous())
@@ -138,7 +140,7 @@ def sglang_murmur_noise(seeds: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         hashed = torch.cat(rows)
     x = hashed.to(torch.float64) / torch.iinfo(torch.uint32).max
     x = x.log().clamp(min=torch.finfo(torch.float64).min, max=-(2.0**-32)).neg().log().neg()
-    return x.float()
+    return x.float().to(device)
 
 
 def _check(hidden, weight, bias, layout: ShardLayout, scale, soft_cap, d2t, sampling: SamplingParams) -> None:

@@ -73,13 +73,13 @@ import torch.nn.functional as F
 from engines.versions import vllm_release
 from engines.vllm import layer
 from engines.vllm.build import release_key
-from engines.vllm.gumbel import _on_kernel_device, vllm_noise
+from engines.vllm.gumbel import vllm_noise
 from engines.vllm.layer import SHM_ENV, start_vllm, vllm_head
 from engines.vllm.triton_files import DFLASH2, vllm_dir, why_unavailable
 from reference.sampling import SamplingParams
 from sharded.group import TPGroup
 from sharded.layout import ShardLayout
-from sharded.triton_env import TRITON_LOCK, interpreting
+from sharded.triton_env import TRITON_LOCK, interpreting, on_kernel_device
 
 __all__ = [
     "vllm_dflash2_sampler",
@@ -230,7 +230,7 @@ def _walk(ids: torch.Tensor, unary: torch.Tensor, sampling: SamplingParams, widt
     speculator, rs = _kernels()
     n, k = ids.shape
     device = ids.device
-    kernel_device = _on_kernel_device(ids).device
+    kernel_device = on_kernel_device(ids).device
     on = lambda t: t.to(kernel_device)  # noqa: E731
     i64 = dict(dtype=torch.int64, device=kernel_device)
     temperature = on(sampling.temperature.float().contiguous())

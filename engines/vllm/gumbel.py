@@ -31,18 +31,13 @@ from reference.sampling import SamplingParams
 from sharded.group import TPGroup
 from sharded.layout import ShardLayout
 from sharded.local_sampling import shard_tokens
-from sharded.triton_env import TRITON_LOCK, interpreting
+from sharded.triton_env import TRITON_LOCK, on_kernel_device
 
 __all__ = ["vllm_gumbel_as_shipped", "vllm_gumbel_sharded", "vllm_gumbel_sharded_corrected", "why_unavailable"]
 
 
 def _kernels():
     return importlib.import_module("engines.vllm.gumbel_kernels")
-
-
-def _on_kernel_device(t: torch.Tensor) -> torch.Tensor:
-    """Triton's kernels run on CUDA, or anywhere under the interpreter."""
-    return t if interpreting() or t.device.type == "cuda" else t.cuda()
 
 
 def vllm_noise(drafting: bool = False, step: int = 0):
@@ -52,7 +47,7 @@ def vllm_noise(drafting: bool = False, step: int = 0):
     def noise(seeds: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         kernels = _kernels()  # imported (vLLM's file loaded) before the lock: the loader takes it too
         with TRITON_LOCK:
-            out = kernels.noise(_on_kernel_device(seeds), _on_kernel_device(ids), drafting=drafting, step=step)
+            out = kernels.noise(on_kernel_device(seeds), on_kernel_device(ids), drafting=drafting, step=step)
         return out.to(ids.device)
 
     noise.__name__ = ("vllm_draft_noise" if drafting else "vllm_noise") + (f"_step{step}" if step else "")
@@ -67,15 +62,19 @@ def _shard_pair(values: torch.Tensor, keys: torch.Tensor, targets: torch.Tensor,
     device, kernels = values.device, _kernels()
     with TRITON_LOCK:
         val, col = kernels.shard_argmax(
-            _on_kernel_device(values),
-            _on_kernel_device(keys),
-            _on_kernel_device(sampling.seed),
-            _on_kernel_device(sampling.temperature),
+            on_kernel_device(values),
+            on_kernel_device(keys),
+            on_kernel_device(sampling.seed),
+            on_kernel_device(sampling.temperature),
             drafting=False,
         )
     best = val.argmax(dim=-1, keepdim=True)  # gumbel_sample's local_max.argmax over its blocks
     column = col.gather(-1, best).squeeze(-1).to(device)
-    return val.gather(-1, best).squeeze(-1).to(device, torch.float64), targets.to(device)[column]
+    # Compiled, tl.max(..., return_indices=True) can name a lane past the row (a NaN loses every comparison, to the
+    # masked lanes' -inf too): no token has that column, so it comes back as id -1, out of every vocabulary.
+    inside, targets = column < targets.numel(), targets.to(device)
+    token = torch.where(inside, targets[column.clamp(max=targets.numel() - 1)], -1)
+    return val.gather(-1, best).squeeze(-1).to(device, torch.float64), token
 
 
 def _by_rank(gathered: torch.Tensor) -> torch.Tensor:

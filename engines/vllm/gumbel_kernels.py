@@ -24,6 +24,17 @@ g = load(GUMBEL)
 BLOCK = 1024  # gumbel_sample's BLOCK_SIZE
 
 
+@triton.jit
+def _seed_as_is(seed, step):
+    return seed
+
+
+# The release's own step seed (0.33.0 on); before it, a stand-in the kernel never calls (MIX is off there).  A
+# compiled kernel resolves every name it holds, a branch its constexprs turn off included: g.spec_step_seed
+# itself would not compile against 0.32.0's file.
+_step_seed = getattr(g, "spec_step_seed", _seed_as_is)
+
+
 def _rows_per_program() -> int:
     """The interpreter runs one program at a time in Python, so there a program takes up to 64 rows of one
     temperature (a [BLOCK, rows] tile, reduced over its first axis as vLLM reduces a block); compiled, one row."""
@@ -61,7 +72,7 @@ def _noise_kernel(
     keys = tl.load(keys_ptr + i, mask=mask, other=0)
     seed = tl.load(seed_ptr + i // n, mask=mask, other=0)
     if MIX:  # the draft walk's seed at step STEP, mixed by vLLM's own spec_step_seed
-        seed = g.spec_step_seed(seed, STEP)
+        seed = _step_seed(seed, STEP)
     pos = tl.load(pos_ptr)
     zero = tl.zeros([1, BLOCK], dtype=tl.float32)
     value, _ = g.gumbel_noised_argmax(

@@ -75,7 +75,7 @@ from reference.sampling import SamplingParams, gumbel_noise, log_probs, scaled, 
 from sharded.group import TPGroup
 from sharded.layout import ShardLayout
 from sharded.local_sampling import gathered_logits, shard_tokens
-from sharded.triton_env import TRITON_LOCK, interpreting
+from sharded.triton_env import TRITON_LOCK, interpreting, on_kernel_device
 
 __all__ = ["vllm_topk_topp_triton", "vllm_topk_topp_triton_split", "why_unavailable"]
 
@@ -140,11 +140,6 @@ def _typed_range() -> Iterator[None]:
             interpreter._patch_lang_core = patch_core
 
 
-def _on_kernel_device(t: torch.Tensor) -> torch.Tensor:
-    """Triton's kernels run on CUDA, or anywhere under the interpreter."""
-    return t if interpreting() or t.device.type == "cuda" else t.cuda()
-
-
 def _sentinel(x: torch.Tensor) -> float:
     """A finite float32 that ``x`` does not hold, the most negative such (glue 3): ``-max`` unless it is there."""
     value = torch.tensor(-_F32_MAX, dtype=torch.float32)
@@ -171,8 +166,8 @@ def vllm_kept(x: torch.Tensor, sampling: SamplingParams, split: bool = False) ->
     if (k is None and p is None) or not x.shape[0]:
         return torch.ones_like(x, dtype=torch.bool)
     sentinel = _sentinel(x)
-    logits = _on_kernel_device(x).clone()
-    k, p = (None if t is None else _on_kernel_device(t) for t in (k, p))
+    logits = on_kernel_device(x).clone()
+    k, p = (None if t is None else on_kernel_device(t) for t in (k, p))
     with TRITON_LOCK, _typed_range():
         if split:  # vLLM sends at most SPLIT_MAX_BATCH rows (its workspace holds that many): one such batch each
             for rows in torch.arange(logits.shape[0], device=logits.device).split(SPLIT_MAX_BATCH):

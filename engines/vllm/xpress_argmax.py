@@ -77,7 +77,7 @@ from sharded.group import TPGroup
 from sharded.layout import ShardLayout
 from sharded.local_argmax import checked_shard_logits, map_d2t
 from sharded.local_sampling import gathered_logits
-from sharded.triton_env import TRITON_LOCK, interpreting
+from sharded.triton_env import TRITON_LOCK, interpreting, on_kernel_device
 
 __all__ = [
     "vllm_xpress_argmax",
@@ -166,11 +166,6 @@ def _vllm_topk():
     return module._topk
 
 
-def _on_kernel_device(t: torch.Tensor) -> torch.Tensor:
-    """Triton's kernels run on CUDA, or anywhere under the interpreter."""
-    return t if interpreting() or t.device.type == "cuda" else t.cuda()
-
-
 def _launch_on(device: torch.device) -> AbstractContextManager[Any]:
     """Triton launches on the current CUDA device: make it the tensors'."""
     return torch.cuda.device(device) if device.type == "cuda" else nullcontext()
@@ -179,7 +174,7 @@ def _launch_on(device: torch.device) -> AbstractContextManager[Any]:
 def full_vocab_top(base: torch.Tensor, block_v: int = BLOCK_V) -> torch.Tensor:
     """``jacobi_refine_greedy``'s full-vocabulary pick over ``base [rows, V]`` (glue 2 and 3): ``[rows]`` ids."""
     module = kernels()
-    base = _on_kernel_device(base.contiguous())
+    base = on_kernel_device(base.contiguous())
     rows, v = base.shape
     bias = torch.zeros_like(base)
     chunks = (v + block_v - 1) // block_v
@@ -194,7 +189,7 @@ def full_vocab_top(base: torch.Tensor, block_v: int = BLOCK_V) -> torch.Tensor:
 def candidate_top(base: torch.Tensor, topc: int = TOPC) -> torch.Tensor:
     """``jacobi_refine_greedy``'s top-C pick over ``base [rows, V]`` (glue 2 and 3): ``[rows]`` ids."""
     module, topk = kernels(), _vllm_topk()
-    base = _on_kernel_device(base.contiguous())
+    base = on_kernel_device(base.contiguous())
     rows, v = base.shape
     c = min(topc, v)
     base_c, cand = topk(base, c)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from properties.cases.case import Inputs
+from properties.cases.case import Case, Inputs
 from properties.oracle import Answer
 
 SIGNED_ZERO = "signed zero: -0.0 and +0.0 tie, and the first of them must win"
@@ -63,12 +63,16 @@ def tf32_linear(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     return F.linear(rounded(hidden), rounded(weight), bias)
 
 
-def recompute(inputs: Inputs, row: int, dtype: torch.dtype, linear=F.linear) -> torch.Tensor:
-    """The row's token logits computed directly from the head in ``dtype`` with ``linear`` (then cap, then scale),
-    never rounded to the head's dtype."""
+def recompute(inputs: Inputs, row: int, dtype: torch.dtype) -> torch.Tensor:
+    """The row's token logits computed directly from the head in ``dtype`` (then cap, then scale), never rounded
+    to the head's dtype."""
     case, vocab = inputs.case, inputs.vocab
     bias = None if inputs.bias is None else inputs.bias[:vocab].to(dtype)
-    logits = linear(inputs.hidden[row : row + 1].to(dtype), inputs.weight[:vocab].to(dtype), bias)[0]
+    return _capped(F.linear(inputs.hidden[row : row + 1].to(dtype), inputs.weight[:vocab].to(dtype), bias)[0], case)
+
+
+def _capped(logits: torch.Tensor, case: Case) -> torch.Tensor:
+    """Logits after the matmul, then the case's soft cap, then its scale (the classic path's order)."""
     if case.soft_cap is not None:
         logits = torch.tanh(logits / case.soft_cap) * case.soft_cap
     return logits * case.scale if case.scale != 1.0 else logits
@@ -92,7 +96,17 @@ def _flushed(want: Answer, row: int) -> torch.Tensor | None:
 
 
 def _tf32(want: Answer, row: int) -> torch.Tensor | None:
-    return recompute(want.inputs, row, torch.float32, tf32_linear) if want.draft_logits.dtype == torch.float32 else None
+    """What each rank multiplies, the whole batch by its shard: cuBLAS picks its kernel by shape (one row alone may
+    never reach the tensor cores, and so never round to TF32), the CPU its summation order."""
+    inputs = want.inputs
+    if want.draft_logits.dtype != torch.float32:
+        return None
+    logits = inputs.hidden.new_empty(inputs.vocab)
+    for lay in inputs.layouts:
+        weight, bias = inputs.weight_shard(lay.rank), inputs.bias_shard(lay.rank)
+        shard = tf32_linear(inputs.hidden.to(weight.device), weight, bias)[row]
+        logits[lay.token_ids(logits.device)] = shard[lay.token_rows(shard.device)].to(logits.device)
+    return _capped(logits, inputs.case)
 
 
 def _in(dtype: torch.dtype) -> Callable[[Answer, int], torch.Tensor | None]:
