@@ -407,3 +407,20 @@ def test_a_pass_on_another_build_of_the_engine_is_not_a_fix(tmp_path, capsys, re
         assert "the property holds here, but cannot be judged here: another build" in one_line(captured.err)
     else:
         assert "fixed: the property holds" in captured.out
+
+
+def test_a_failure_whose_repro_file_cannot_be_written_is_still_a_failure():
+    """A dead CUDA context (a device-side assert) cannot copy the case's tensors: the test fails for its rule, the
+    run goes on, and the report says the file was not written, instead of pytest's INTERNALERROR (exit 3)."""
+    boom = "def boom(*a, **k): raise RuntimeError('CUDA error: device-side assert triggered')\n"
+    script = (
+        "import sys, pytest\nfrom properties.repro import records\n"
+        + boom
+        + "records.write = boom\n"
+        + "sys.exit(pytest.main(sys.argv[1:]))\n"
+    )
+    args = ["-p", "no:xdist", "-q", "properties/test_equivalence.py", "-k", "test_token_exact", "--backend", "sim"]
+    args += ["--impl", "tests.broken:key_without_zero_canon", "--hypothesis-profile", "ci"]
+    out = run([sys.executable, "-c", script, *args])
+    assert out.returncode == 1 and "1 failed" in out.stdout, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "not written (RuntimeError: CUDA error: device-side assert triggered)" in out.stdout, out.stdout[-3000:]

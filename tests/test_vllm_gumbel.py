@@ -37,6 +37,24 @@ def test_the_subjects_take_no_masks_declare_vllms_noise_and_are_shipped():
         assert shipped(f"engines.vllm.gumbel:{fn.__name__}")
 
 
+def test_a_lane_past_the_row_comes_back_as_an_id_no_vocabulary_has(monkeypatch):
+    """Compiled, vLLM's reduction can name a masked lane (a NaN loses to their -inf): the pair is then (-inf, -1),
+    a verdict on an id out of range, where indexing the shard's ids would be a device-side assert on CUDA."""
+
+    class Kernels:  # a row of two blocks whose best names column 1500, past the 1100 the shard has
+        @staticmethod
+        def shard_argmax(values, keys, seed, temperature, *, drafting):
+            return torch.tensor([[-torch.inf, -3.0]]), torch.tensor([[7, 1500]])
+
+    monkeypatch.setattr(gumbel, "_kernels", lambda: Kernels)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the tensors stay on the CPU
+    one = torch.ones(1)
+    sampling = SamplingParams(one, torch.zeros(1, dtype=torch.int64), one, torch.full((1,), 5))
+    targets = torch.arange(1100) + 2000
+    value, token = gumbel._shard_pair(torch.zeros(1, 1100), targets, targets, sampling)
+    assert value.tolist() == [-3.0] and token.tolist() == [-1]
+
+
 def test_a_candidate_sampler_takes_top_k_alone():
     def fn(**_kw):
         raise AssertionError("not called")
