@@ -31,7 +31,9 @@ CAUSES = (
         why="Triton's `tl.max(..., return_indices=True)` reduces with a combine that compares with `>`; a NaN "
         "compares false, so it never becomes the maximum and the row's best finite token is returned. "
         "`torch.argmax` (rule 2 of the contract) returns the first NaN. Under Triton's interpreter the "
-        "greedy row `[1, nan, 3, -2]` gives 2 where torch gives 1; a GPU run has yet to confirm it.",
+        "greedy row `[1, nan, 3, -2]` gives 2 where torch gives 1. Compiled it is the same (the GPU record, an "
+        "H200 with Triton 3.6: the corrected subject fails the NaN rule there too), and a block whose only "
+        "candidates are NaN names one of its masked lanes, a column past the row.",
         failures=(
             "TRITON_INTERPRET=1 test_sample_exact-engines_vllm_gumbel_vllm_gumbel_sharded_corrected-gloo-37959094d6",
         ),
