@@ -79,6 +79,13 @@ def test_the_page_holds_every_row_failure_and_the_benchmark():
     assert trap_caught(DATA)
 
 
+def test_a_failed_kernel_test_keeps_its_reason():
+    failed = ["tests/test_triton_key.py::test_x[torch.float32] - AssertionError: scale 1.0, cap 0.001: 3 inputs"]
+    data = {**DATA, "kernel_tests": {"summary": "1 failed", "failed": failed, "status": 1}}
+    line = "- failed: `tests/test_triton_key.py::test_x[torch.float32]`: AssertionError: scale 1.0, cap 0.001: 3 inputs"
+    assert line in render(data)
+
+
 def test_every_subject_has_a_row():
     names = [s.spec for run_, _, _ in runs(1, None, None) for s in run_.subjects]
     for name in (
@@ -89,6 +96,8 @@ def test_every_subject_has_a_row():
         "topk_pairs",
         "sglang_deferred_argmax",
         "sglang_classic",
+        "gumbel_pairs",
+        "candidates",
         TRAP,
     ):
         assert name in names
