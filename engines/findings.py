@@ -37,10 +37,14 @@ def replay_env(row: dict[str, Any]) -> str:
 
 def failure_key(row: dict[str, Any], test: str, fail: dict[str, Any]) -> str:
     """How findings name a failure: its repro file's name behind the environment its replay needs (as the page's
-    replay command reads), or the subject and property where it has none."""
+    replay command reads), or the subject and property where it has none, numbered from the second failure of its
+    cell on (Hypothesis reports each distinct error of one test, so one cell can hold several)."""
     repro = fail.get("repro_file") or ""
     if not repro:
-        return f"{row['name']} {test}"
+        failures = row.get("cells", {}).get(test, {}).get("failures", [])
+        n = next((i for i, f in enumerate(failures) if f is fail), None)
+        n = n if n is not None else failures.index(fail) if fail in failures else 0
+        return f"{row['name']} {test}" + (f" #{n + 1}" if n else "")
     return replay_env(row) + repro.rsplit("/", 1)[-1].removesuffix(".json")
 
 

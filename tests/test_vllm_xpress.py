@@ -24,7 +24,12 @@ REASON = xpress.why_unavailable()
 needs_kernels = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 SUBJECTS = {
     name: getattr(xpress, name)
-    for name in ("vllm_xpress_argmax", "vllm_xpress_argmax_chunk64", "vllm_xpress_candidate_argmax")
+    for name in (
+        "vllm_xpress_argmax",
+        "vllm_xpress_argmax_chunk64",
+        "vllm_xpress_candidate_argmax",
+        "vllm_xpress_candidate_argmax_corrected",
+    )
 }
 # Cases without NaN: ties across and within shards, on a shard boundary, a whole row tied, signed zeros, all -inf
 # rows, added ids tied with base ids, a logits vocabulary below the head's ids, vocabularies of one to three of
@@ -186,6 +191,26 @@ def test_the_candidate_pick_breaks_ties_in_the_top_ks_order():
     assert xpress.full_vocab_top(row).tolist() == [0, 0]
     if want.tolist() != [0, 0]:  # torch.topk's order here; the test above holds either way
         assert xpress.candidate_top(row).tolist() != [0, 0]
+
+
+def test_the_correction_keeps_the_smallest_ids_of_a_tie_in_id_order():
+    """V15's correction: the top k with ties at the boundary kept by the smallest id, in ascending id order (plain
+    torch: no vLLM needed)."""
+    scores = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0, 3.0], [float("-inf")] * 6])
+    values, ids = xpress.topk_by_id(scores, 3)
+    assert ids.tolist() == [[1, 2, 4], [0, 1, 2]]
+    assert values.tolist() == [[3.0, 3.0, 3.0], [float("-inf")] * 3]
+
+
+@needs_kernels
+@pytest.mark.parametrize("fields", CASES, ids=lambda f: f"v{f['vocab']}-tp{f['tp']}-{f.get('dtype', 'float32')}")
+def test_the_corrected_candidate_pick_matches_the_oracle(fields):
+    """With its candidates in id order the same kernel gives the contract's token on every case, ties included."""
+    from properties.argmax.checks import check_output_contract, check_token_exact
+
+    inputs = _inputs(fields)
+    check_token_exact(_impl("vllm_xpress_candidate_argmax_corrected"), inputs)
+    check_output_contract(_impl("vllm_xpress_candidate_argmax_corrected"), inputs)
 
 
 @needs_kernels

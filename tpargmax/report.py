@@ -52,6 +52,7 @@ from tpargmax.report_subjects import (
     sampling_runs,
     static_runs,
     tpu_inference_runs,
+    xpress_runs,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -232,7 +233,7 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
     if has_vllm and page == "vllm":
         log("finding vLLM's model classes in the installed wheel")
         more, classes, refusal = model_runs()
-        runs += more
+        runs += more + xpress_runs()
     if args.rows:
         runs = [
             r

@@ -299,6 +299,48 @@ def sampling_runs() -> list[Run]:
     return [run if not run.tests else replace(run, subjects=tuple(_noted(s) for s in run.subjects)) for run in runs]
 
 
+def xpress_runs() -> list[Run]:
+    """vLLM's XPress argmax kernels (0.33.0 on) on the vLLM page: one argmax run of its full-vocabulary and top-C
+    paths, and the top-C path corrected (the 0.33.0 page's V15).  Natively where there is a GPU, else under Triton's
+    interpreter, with a collective timeout for its speed (``vllm_xpress_argmax_chunk64`` is left out: its 2**24-id
+    case takes hours under the interpreter).  A release before 0.33.0 has none of them (``Subject.since``)."""
+    import torch
+
+    interpret = () if torch.cuda.is_available() else (("TRITON_INTERPRET", "1"),)
+    slow = 30.0 if torch.cuda.is_available() else 300.0
+    needs, kernel, module = "engines.vllm.xpress_argmax:why_unavailable", "vLLM kernel", "engines.vllm.xpress_argmax"
+    subjects = (
+        Subject(
+            f"{module}:vllm_xpress_argmax",
+            kernel,
+            "XPress's fused_add_argmax_to_blk (chunks of 4096, zero refiner bias) on the gathered logits",
+            "vllm_xpress_argmax",
+            needs=needs,
+            since="0.33.0",
+        ),
+        Subject(
+            f"{module}:vllm_xpress_candidate_argmax",
+            kernel,
+            "XPress's _topk (C = 512), then fused_topc_argmax_to_blk (zero refiner bias) on the gathered logits",
+            "vllm_xpress_candidate_argmax",
+            needs=needs,
+            since="0.33.0",
+        ),
+        Subject(
+            f"{module}:vllm_xpress_candidate_argmax_corrected",
+            kernel + CORRECTED_KIND,
+            "the same kernel, its candidates the top C with ties kept by the smallest id, handed over in id order",
+            "vllm_xpress_candidate_argmax (corrected)",
+            corrects="vllm_xpress_candidate_argmax",
+            needs=needs,
+            since="0.33.0",
+        ),
+    )
+    release = vllm_release()
+    ready = tuple(s for s in subjects if shipped(s.since, release))
+    return [Run(ready, env=interpret, timeout=slow)] if ready else []
+
+
 def _noted(subject: Subject) -> Subject:
     return replace(subject, note=subject.note + INTERPRETED)
 

@@ -171,6 +171,7 @@ def render(script: templates.Script, root: Path = ROOT) -> str:
         ident_comment = "# a name per rank: no shared-memory communicator; collectives go through gloo"
     unjudged = templates.SHM_UNJUDGED if kind.shared_memory else ""
     unjudged += templates.LATER_UNJUDGED if script.release != VLLM_VERSION else ""
+    unjudged += kind.unjudged
     runs_with, not_installed = templates.who(script.release)
     intro = Template(templates.INTRO).substitute(
         who=runs_with, stem=script.stem, tp=tp, call=kind.call, unjudged=unjudged

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engines.findings import Cause, EndToEnd, Findings
+from engines.findings import Cause, EndToEnd, Findings, Reason
 from engines.versions import vllm_page
 from engines.vllm import findings as previous
 
@@ -206,12 +206,98 @@ NEW = (
         ),
     ),
 )
+_XPRESS = "vllm/v1/worker/gpu/spec_decode/xpress/kernels.py"
+_XPRESS_HEAD = "vllm/model_executor/models/qwen3_xpress.py"
+_LOGITS = "vllm/model_executor/layers/logits_processor.py"
+_XP = "engines_vllm_xpress_argmax_vllm_xpress"  # the XPress subjects' repro files, by module and name
+_XP_ROW = "vllm_xpress_candidate_argmax"
+_INTERPRET = "TRITON_INTERPRET=1 "  # the XPress rows' replays run under Triton's interpreter here
+XPRESS = (
+    Cause(
+        id="V15",
+        title="XPress's top-C argmax takes the first maximum in the order _topk returned the candidates, not the "
+        "smallest id",
+        script=f"{PAGE}/V15-xpress-candidate-tie-order.py",
+        where=f"{_XPRESS}: fused_topc_argmax_to_blk (`_xpress_topc_argmax_to_blk_kernel`), over the candidates of "
+        f"{_LOGITS}: `_topk`, as XPressRefinerHead.jacobi_refine_greedy calls them",
+        severity="shipped",
+        reaches=(
+            "Qwen3XPressForCausalLM's draft (`XPressSpeculator._jacobi_refine`, "
+            "`vllm/v1/worker/gpu/spec_decode/xpress/speculator.py:93`) whenever `xpress_topc` > 0, the default: "
+            f"`topc=getattr(config, 'xpress_topc', 512)` (`{_XPRESS_HEAD}:263`); every Jacobi pass of "
+            "`XPressRefinerHead.jacobi_refine_greedy` picks a draft slot's token with it"
+        ),
+        evidence=(
+            f"{_XPRESS_HEAD}:153: base_c, cand = _topk(slots.reshape(rows, v), c)",
+            f"{_LOGITS}:52: return torch.topk(scores, k, dim=-1)",
+            f"{_LOGITS}:53: return impl(scores, k, sorted=True, deterministic=True)",
+            f"{_XPRESS}:361: best = tl.argmax(s, axis=0)",
+            f"{_XPRESS}:362: tok = tl.load(cand_ptr + row * C + best)",
+        ),
+        why=(
+            "`jacobi_refine_greedy` takes each row's top C (`_topk`: `torch.topk`, or FlashInfer's radix top-k on a "
+            "GPU where it is installed) and hands the candidates to `fused_topc_argmax_to_blk` in the order the "
+            "top-k returned them, largest logit first, with no order among equal logits (its comment: 'the candidate "
+            "set is only ever indexed, never traversed in rank order, so its ordering does not matter'). The kernel's "
+            "`tl.argmax` takes the first position among equal maxima and maps it to `cand[best]`: the id the top-k "
+            "happened to put first, not the smallest id the contract and the full-vocabulary kernel "
+            "(`fused_add_argmax_to_blk`, columns in id order) take. Two ids on different ranks with the same logit, "
+            "a row of equal logits (all `-inf`), or `+0.0` beside `-0.0` give another token than the classic path; "
+            "where more than C ids tie at the maximum the smallest may not be a candidate at all."
+        ),
+        failures=(
+            f"{_INTERPRET}test_token_exact-{_XP}_candidate_argmax-gloo-e4258071c8",
+            f"{_XP_ROW} test_all_neg_inf_row_with_offset_d2t",
+            f"{_XP_ROW} test_the_flag_fires_exactly_on_non_monotone_tables",
+            f"{_XP_ROW} test_the_flag_fires_exactly_on_non_monotone_tables #2",
+            f"{_XP_ROW} test_the_flag_fires_exactly_on_non_monotone_tables #3",
+            f"{_XP_ROW} test_a_single_inversion_among_32000_ids_is_found_and_shrunk",
+        ),
+        correction=(
+            "`engines/vllm/xpress_argmax.py:topk_by_id`, in place of the `_topk` that `qwen3_xpress` calls, chooses "
+            "the top C with ties at the boundary kept by the smallest id (a stable descending sort) and returns them "
+            "in ascending id order, so the same kernel's first maximum is the smallest id among equal maxima"
+        ),
+    ),
+)
+NEW += XPRESS
+_INTERPRETER = "triton/runtime/interpreter.py"
+REASONS = (
+    Reason(
+        id="I1",
+        title="Triton's CPU interpreter reduces a maximum with NumPy's nanmax: a NaN never wins, and an all-NaN slice "
+        "raises; a GPU does neither",
+        why=f"Under `TRITON_INTERPRET=1` a `tl.max(..., return_indices=True)` or `tl.argmax` is NumPy's: "
+        f"`ReduceOps.apply_impl` maps the argmax combines to `min_max(..., val_reduce_op=np.nanmax, "
+        f"idx_reduce_op=np.nanargmax)` ({_INTERPRETER}:1168-1169, triton 3.9.0), so a NaN lane is skipped where a "
+        "number is beside it, and `np.nanargmax` raises `ValueError('All-NaN slice encountered')` on a slice with "
+        f"no number, which the interpreter wraps as `InterpreterError` ({_INTERPRETER}:1515). The XPress rows run "
+        "vLLM's kernels under the interpreter here: `vllm_xpress_argmax` gives a number where the contract's answer "
+        "is the first NaN (`Case(batch=4, hidden=5, vocab=700, tp=4, bias=True, specials=('nan_ranks',), "
+        "d2t='eagle3', target_extra=900)`), and the candidate kernel's one-lane block of a one-id row whose logit "
+        "is NaN (`Case(batch=1, hidden=3, vocab=1, tp=2, bias=True, specials=('pos_inf', 'neg_inf_rows'))`: "
+        "`inf * -1 + inf`) raises; the corrected candidate row, the same kernel, fails both cases alike. Compiled "
+        "Triton reduces with its own combine and returns an index, so what vLLM's kernels give for NaN is for a GPU "
+        "run to judge; these failures are the interpreter's, not vLLM's.",
+        failures=(
+            f"{_INTERPRET}test_token_exact-{_XP}_argmax-gloo-7ca9dcd826",
+            f"{_INTERPRET}test_row_independence-{_XP}_candidate_argmax-gloo-71cd05875e",
+            f"{_INTERPRET}test_token_exact-{_XP}_candidate_argmax_corrected-gloo-c2df538e68",
+            f"{_INTERPRET}test_row_independence-{_XP}_candidate_argmax_corrected-gloo-c4e1f9c58f",
+        ),
+    ),
+)
 CAUSES = tuple(_carried(cause) for cause in previous.FINDINGS.causes) + NEW
+# XPress ships from 0.33.0 on, whose engine cannot run here: its cause is not judged end to end on 0.32.0 either
+NO_XPRESS_ENGINE = (
+    "XPress ships from vLLM 0.33.0 on, and 0.33.0 has only its CUDA wheel, whose CPU attention is one of the kernels "
+    "it lacks: its engine cannot run on a CPU, and 0.32.0 has no XPress, so end to end is for a GPU run to judge"
+)
 FINDINGS = Findings(
     f"vLLM {RELEASE}",
     PAGE,
     CAUSES,
-    tuple(_reason(reason) for reason in previous.REASONS),
-    tuple(EndToEnd(cause.id, why=NO_ENGINE) for cause in CAUSES),
+    tuple(_reason(reason) for reason in previous.REASONS) + REASONS,
+    tuple(EndToEnd(c.id, why=NO_XPRESS_ENGINE if c in XPRESS else NO_ENGINE) for c in CAUSES),
     previous=f"{previous.__name__}:FINDINGS",
 )

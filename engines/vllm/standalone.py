@@ -65,6 +65,7 @@ class Kind:
     actual: str  # lines run on every rank inside ``try:`` (12 spaces in) that set ``result``; rank 0's is printed
     agree: str = "want == got"  # when vLLM is right: the exit status is 0
     shared_memory: bool = False  # every rank takes the same VLLM_DIST_IDENT: vLLM's shared-memory communicator
+    unjudged: str = ""  # what else it cannot be judged without, in INTRO's words (``actual`` then sets UNJUDGED)
 
 
 _ARGMAX = "classic().argmax(dim=-1).tolist()  # the first maximal index: the lowest id"
@@ -97,6 +98,37 @@ _GEMMA4 = (  # Gemma4MTP's own methods on a stand-in holding its tied head; {} i
     "            draft.lm_head, draft.logits_processor, draft.masked_embedding = head, processor, masked\n"
     "            draft._stable_full_lm_head_weight = draft._suppress_idx = None  # as load_weights leaves them\n"
     "            result = {}\n"
+)
+
+# XPress's top-C pick on rank 0 over the classic path's gathered logits, as jacobi_refine_greedy makes it (a zero
+# refiner bias): its kernels' file imports Triton through vllm.triton_utils, which is a placeholder where Triton has
+# no GPU driver, so the file runs again (reloaded in place: qwen3_xpress holds the same module) seeing Triton itself
+_XPRESS_TOP_C = (
+    "            logits = processor(head, H, head.bias)  # the classic path's gathered logits: column j is id j\n"
+    '            if r == 0 and importlib.util.find_spec("triton") is None:\n'
+    '                result = UNJUDGED + "Triton is not installed (XPress\'s kernels are Triton kernels)"\n'
+    '            elif r == 0 and not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":\n'
+    '                result = UNJUDGED + "no CUDA GPU: run it with TRITON_INTERPRET=1 (Triton\'s CPU interpreter)"\n'
+    "            elif r == 0:\n"
+    "                import triton\n"
+    "                import triton.language as tl\n"
+    "                from vllm.model_executor.models import qwen3_xpress\n"
+    "                from vllm.v1.worker.gpu.spec_decode.xpress import kernels\n"
+    "\n"
+    '                real = sys.modules["vllm.triton_utils"]\n'
+    '                sys.modules["vllm.triton_utils"] = shim = type(sys)("vllm.triton_utils")\n'
+    "                shim.triton, shim.tl = triton, tl\n"
+    "                try:\n"
+    "                    importlib.reload(kernels)  # its kernels again, with Triton itself\n"
+    "                finally:\n"
+    '                    sys.modules["vllm.triton_utils"] = real\n'
+    "                base = logits.cuda() if torch.cuda.is_available() else logits\n"
+    "                rows, c = base.shape[0], min(TOPC, base.shape[1])\n"
+    "                base_c, cand = qwen3_xpress._topk(base, c)  # the _topk jacobi_refine_greedy calls, its order\n"
+    "                base_c, cand = base_c.reshape(rows, 1, c).contiguous(), cand.reshape(rows, 1, c).contiguous()\n"
+    "                blk = torch.full((rows, 2), -1, dtype=torch.int64, device=base.device)\n"
+    "                kernels.fused_topc_argmax_to_blk(base_c, torch.zeros_like(base_c), cand, blk)\n"
+    "                result = blk[:, 1].tolist()  # one draft slot per row: block r's slot 1\n"
 )
 
 KINDS: dict[str, Kind] = {
@@ -133,6 +165,13 @@ KINDS: dict[str, Kind] = {
         "MuseSpark1xForCausalLM.get_top_tokens (LocalArgmaxMixin's, inherited)",
         _ARGMAX,
         _MUSE_SPARK.format("draft.get_top_tokens(H).tolist()"),
+    ),
+    "xpress_top_c": Kind(
+        "LogitsProcessor.forward (the gathered logits), then on rank 0 XPress's `_topk` (C = 512) and "
+        "`fused_topc_argmax_to_blk` with a zero refiner bias, as XPressRefinerHead.jacobi_refine_greedy calls them",
+        _ARGMAX,
+        _XPRESS_TOP_C,
+        unjudged=", Triton is not installed, there is neither a CUDA GPU nor TRITON_INTERPRET=1",
     ),
     "gemma4": Kind("Gemma4MTP.get_top_tokens", _ARGMAX, _GEMMA4.format("draft.get_top_tokens(H).tolist()")),
     "gemma4_logits": Kind(
@@ -301,6 +340,19 @@ SCRIPTS: tuple[Script, ...] = (
         note="Ids 46, 79, 202 and 245 (raw logits 504, 696, 568, 632) all become 15.0 in float32 after the multiplier "
         "and the tanh cap: the classic path takes the lowest id; the local argmax ranks the raw logits and takes "
         "the largest.",
+        release="0.33.0",
+    ),
+    Script(
+        "V15",
+        "V15-xpress-candidate-tie-order",
+        "xpress_top_c",
+        "test_token_exact-engines_vllm_xpress_argmax_vllm_xpress_candidate_argmax-gloo-e4258071c8",
+        tp=2,
+        rows=(1,),
+        keep=(241, 619),
+        constants="TOPC = 512  # XPressRefinerHead's default xpress_topc (qwen3_xpress.py:263)",
+        note="Ids 241 (rank 0 of the case's 4) and 619 (rank 2) tie at 524.0: the classic path takes 241; `_topk` "
+        "returns 619 first, and the kernel's first maximum is 619.",
         release="0.33.0",
     ),
 )

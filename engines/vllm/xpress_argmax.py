@@ -50,8 +50,11 @@ The glue (ours):
 :func:`vllm_xpress_argmax` runs the full-vocabulary path with vLLM's chunk of 4096 columns;
 :func:`vllm_xpress_argmax_chunk64` the same kernels with ``block_v=64`` (an argument of ``fused_add_argmax_to_blk``;
 not the width vLLM passes), so that the suite's small heads (most below 4096 ids) reach stage 2's merge of chunks
-too; :func:`vllm_xpress_candidate_argmax` the top-C path with C = 512.  Nothing is validated on vLLM's behalf, and
-nothing of vLLM is copied.  Triton, NumPy and vLLM are imported lazily: this module imports without them.
+too; :func:`vllm_xpress_candidate_argmax` the top-C path with C = 512, and
+:func:`vllm_xpress_candidate_argmax_corrected` the same kernel with the correction of the 0.33.0 page's V15 (its
+candidates chosen and handed over in id order, :func:`topk_by_id`; :func:`patches` puts it onto vLLM for the
+standalone reproduction).  Nothing is validated on vLLM's behalf, and nothing of vLLM is copied.  Triton, NumPy
+and vLLM are imported lazily: this module imports without them.
 
 Under Triton's interpreter ``tl.max``/``tl.argmax`` are NumPy's ``nanmax``/``nanargmax`` (a NaN never wins, and a
 chunk all NaN raises): what these subjects do with NaN here says nothing of a GPU.
@@ -68,6 +71,7 @@ from typing import Any
 
 import torch
 
+from engines.findings import Patch
 from engines.versions import VLLM_RELEASES, installed_vllm
 from engines.vllm import triton_files
 from engines.vllm.build import release_key
@@ -83,6 +87,7 @@ __all__ = [
     "vllm_xpress_argmax",
     "vllm_xpress_argmax_chunk64",
     "vllm_xpress_candidate_argmax",
+    "vllm_xpress_candidate_argmax_corrected",
     "why_unavailable",
 ]
 
@@ -201,6 +206,40 @@ def candidate_top(base: torch.Tensor, topc: int = TOPC) -> torch.Tensor:
     return blk[:, 1]
 
 
+def topk_by_id(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The correction of the candidate path's tie order (the 0.33.0 page's V15), in place of ``_topk``: the top
+    ``k`` of each row with ties at the boundary kept by the smallest id (a stable descending sort), returned in
+    ascending id order, so that ``fused_topc_argmax_to_blk``'s first maximum is the smallest id among equal maxima,
+    as the contract and the full-vocabulary kernel pick.  ``jacobi_refine_greedy`` only indexes by the candidates,
+    so their order is free to choose."""
+    ids = torch.sort(scores, dim=-1, descending=True, stable=True).indices[..., :k].sort(dim=-1).values
+    return scores.gather(-1, ids), ids
+
+
+def patches() -> tuple[Patch, ...]:
+    """V15's correction on vLLM itself, for a process that runs corrected code only (a standalone reproduction run
+    with the corrections): the ``_topk`` that ``qwen3_xpress`` calls, replaced; none before 0.33.0 (no XPress)."""
+    have = installed_vllm()
+    if have is None or _before(have, SINCE) or have not in VLLM_RELEASES:
+        return ()
+    return (Patch("vllm.model_executor.models.qwen3_xpress:_topk", topk_by_id),)
+
+
+def candidate_top_by_id(base: torch.Tensor, topc: int = TOPC) -> torch.Tensor:
+    """:func:`candidate_top` with the correction: the candidates of :func:`topk_by_id`.  ``[rows]`` ids."""
+    module = kernels()
+    base = on_kernel_device(base.contiguous())
+    rows, v = base.shape
+    c = min(topc, v)
+    base_c, cand = topk_by_id(base, c)
+    base_c, cand = base_c.reshape(rows, 1, c).contiguous(), cand.reshape(rows, 1, c).contiguous()
+    bias_c = torch.zeros_like(base_c)
+    blk = torch.full((rows, 2), -1, dtype=torch.int64, device=base.device)
+    with TRITON_LOCK, _launch_on(base.device):
+        module.fused_topc_argmax_to_blk(base_c, bias_c, cand, blk)
+    return blk[:, 1]
+
+
 def _subject(name: str, pick, doc: str):
     def impl(
         hidden: torch.Tensor,
@@ -249,4 +288,9 @@ vllm_xpress_candidate_argmax = _subject(
     "vllm_xpress_candidate_argmax",
     candidate_top,
     "vLLM 0.33.0's _topk (C = 512) then fused_topc_argmax_to_blk (a zero refiner bias) on the gathered logits.",
+)
+vllm_xpress_candidate_argmax_corrected = _subject(
+    "vllm_xpress_candidate_argmax_corrected",
+    candidate_top_by_id,
+    "vllm_xpress_candidate_argmax with its candidates in id order (the top C, ties kept by the smallest id).",
 )
