@@ -111,6 +111,7 @@ NEEDS_A_DEVICE = {
     "vllm_gumbel",
     "vllm_dflash2_cache_out_of_row",
     "vllm_dflash2_walk_inf_tie",
+    "vllm_topp_triton_min_logit_dropped",
     "sglang_lilicorr_neg_inf_ids",
     "nan_row_argmax",
 }

@@ -100,6 +100,7 @@ FAILURES: dict[str, tuple[tuple[str, ...], ...]] = {
 
 _WALK = "vllm/v1/worker/gpu/spec_decode/dflash2/speculator.py"
 _GUMBEL_FILE = "vllm/v1/worker/gpu/sample/gumbel.py"
+_MASK = "vllm/v1/sample/ops/topk_topp_triton.py"
 NEW = (
     Cause(
         id="D3",
@@ -125,6 +126,44 @@ NEW = (
         script=f"{PAGE}/vllm_dflash2_walk_inf_tie.py",
         correction="none in the suite: the walk would order its candidates by id before the reduction, or reduce "
         "ties to the smallest candidate id",
+    ),
+    Cause(
+        id="T1",
+        title="vLLM's Triton top-p mask never keeps the tokens at the row's smallest finite logit, even where the "
+        "nucleus needs them",
+        where=f"{_MASK}, `_topk_topp_kernel`'s standalone top-p branch (a row with top-p and no top-k)",
+        severity="shipped",
+        reaches="a top-p row without a top-k masked by `apply_top_k_top_p_triton` (Model Runner V2's sampler, the V1 "
+        "`TopKTopPSampler`) whose nucleus reaches the row's smallest finite logit: on CUDA in a batch of more than "
+        "64 rows with top-p (64 or fewer take the split pipeline, `_apply_topp_split`, which keeps the nucleus "
+        "here), and on CPU tensors under Triton; measured under Triton's interpreter, a GPU run has yet to confirm "
+        "it",
+        evidence=(
+            f"{_MASK}:702: min_range = tl.exp(min_logit - max_sample) / sum_exp_logits",
+            f"{_MASK}:789: p_pivot_0 = (max_range - min_range) * 0.5 + min_range",
+            f"{_MASK}:805: above_0 = probs_blk > p_pivot_0",
+            f"{_MASK}:834: if (max_range - min_range) < 1e-9 or num_iters >= 18:",
+            f"{_MASK}:849: final_pivot = tl.log(p_pivot * sum_exp_logits) + max_sample",
+            f"{_MASK}:864: keep_mask = (logits_blk > final_pivot) & mask_n",
+        ),
+        why="The branch bisects a probability pivot whose bracket starts at the probability of the row's smallest "
+        "finite logit (unless the outliers alone exceed p). Every probe lies above that end and the mass is counted "
+        "strictly above the probe, so the tokens at the smallest logit never count: where the nucleus needs them no "
+        "probe reaches p, the bracket closes on its lower end, the loop stops at its 18th probe, and the pivot it "
+        "turns back into a logit lies above the smallest logit, so `keep_mask` drops every token there. Top-p 0.9 on "
+        "`[1, 0, 0, 0, 0, 0]` (masses 0.352, 0.130 x 5) keeps only the first token; the classic nucleus keeps all six. "
+        "A row whose probabilities are all equal (a huge temperature) starts with a closed bracket and keeps the "
+        "tokens above a mean the branch estimates, whatever p is. The branch's arithmetic redone in plain float32 "
+        "torch (and float64) keeps the same sets: it is the algorithm, not Triton's interpreter. The same on 0.32.0 "
+        "(L699-L861). Not a row of this page yet: under the interpreter the mask's rows outlast a report (its "
+        "first property alone took 155 s); found by the suite's properties (`--sampling-impl "
+        "engines.vllm.topk_topp_triton:vllm_topk_topp_triton`, sample exact, support, kept set and log-probs, on "
+        "`Case(batch=16, hidden=6, vocab=300, tp=4, seed=21, weights='normal', spread=True)` with "
+        "`SamplePlan(temperature='one', top_p='exact')`).",
+        failures=(),
+        script=f"{PAGE}/vllm_topp_triton_min_logit_dropped.py",
+        correction="none in the suite: the bracket would start below the smallest probability (at 0), so that a "
+        "probe can count every token",
     ),
 )
 _INTERPRETER = "triton/runtime/interpreter.py"
