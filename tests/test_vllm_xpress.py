@@ -64,6 +64,15 @@ def _impl(name: str) -> Impl:
     return Impl(f"engines.vllm.xpress_argmax:{name}", SUBJECTS[name])
 
 
+def _matches_the_oracle(name: str, fields: dict) -> None:
+    """The subject's token is the contract's on the case, and its output keeps the contract's shape."""
+    from properties.argmax.checks import check_output_contract, check_token_exact
+
+    inputs = _inputs(fields)
+    check_token_exact(_impl(name), inputs)
+    check_output_contract(_impl(name), inputs)
+
+
 # --- without anything installed ------------------------------------------------------------------------------------
 
 
@@ -163,21 +172,13 @@ def test_the_subjects_call_vllms_kernels(name, monkeypatch):
 @pytest.mark.parametrize("fields", CASES, ids=lambda f: f"v{f['vocab']}-tp{f['tp']}-{f.get('dtype', 'float32')}")
 @pytest.mark.parametrize("name", ["vllm_xpress_argmax", "vllm_xpress_argmax_chunk64"])
 def test_the_full_vocabulary_pick_matches_the_oracle(name, fields):
-    from properties.argmax.checks import check_output_contract, check_token_exact
-
-    inputs = _inputs(fields)
-    check_token_exact(_impl(name), inputs)
-    check_output_contract(_impl(name), inputs)
+    _matches_the_oracle(name, fields)
 
 
 @needs_kernels
 @pytest.mark.parametrize("fields", NO_TIES, ids=lambda f: f"v{f['vocab']}-tp{f['tp']}")
 def test_the_candidate_pick_matches_the_oracle_without_ties(fields):
-    from properties.argmax.checks import check_output_contract, check_token_exact
-
-    inputs = _inputs(fields)
-    check_token_exact(_impl("vllm_xpress_candidate_argmax"), inputs)
-    check_output_contract(_impl("vllm_xpress_candidate_argmax"), inputs)
+    _matches_the_oracle("vllm_xpress_candidate_argmax", fields)
 
 
 @needs_kernels
@@ -206,11 +207,7 @@ def test_the_correction_keeps_the_smallest_ids_of_a_tie_in_id_order():
 @pytest.mark.parametrize("fields", CASES, ids=lambda f: f"v{f['vocab']}-tp{f['tp']}-{f.get('dtype', 'float32')}")
 def test_the_corrected_candidate_pick_matches_the_oracle(fields):
     """With its candidates in id order the same kernel gives the contract's token on every case, ties included."""
-    from properties.argmax.checks import check_output_contract, check_token_exact
-
-    inputs = _inputs(fields)
-    check_token_exact(_impl("vllm_xpress_candidate_argmax_corrected"), inputs)
-    check_output_contract(_impl("vllm_xpress_candidate_argmax_corrected"), inputs)
+    _matches_the_oracle("vllm_xpress_candidate_argmax_corrected", fields)
 
 
 @needs_kernels

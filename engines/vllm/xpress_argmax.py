@@ -191,9 +191,10 @@ def full_vocab_top(base: torch.Tensor, block_v: int = BLOCK_V) -> torch.Tensor:
     return blk[:, 1]
 
 
-def candidate_top(base: torch.Tensor, topc: int = TOPC) -> torch.Tensor:
-    """``jacobi_refine_greedy``'s top-C pick over ``base [rows, V]`` (glue 2 and 3): ``[rows]`` ids."""
-    module, topk = kernels(), _vllm_topk()
+def candidate_top(base: torch.Tensor, topc: int = TOPC, topk=None) -> torch.Tensor:
+    """``jacobi_refine_greedy``'s top-C pick over ``base [rows, V]`` (glue 2 and 3): ``[rows]`` ids.  ``topk``: how
+    the candidates are chosen, vLLM's ``_topk`` unless given (V15's correction gives :func:`topk_by_id`)."""
+    module, topk = kernels(), topk or _vllm_topk()
     base = on_kernel_device(base.contiguous())
     rows, v = base.shape
     c = min(topc, v)
@@ -223,21 +224,6 @@ def patches() -> tuple[Patch, ...]:
     if have is None or _before(have, SINCE) or have not in VLLM_RELEASES:
         return ()
     return (Patch("vllm.model_executor.models.qwen3_xpress:_topk", topk_by_id),)
-
-
-def candidate_top_by_id(base: torch.Tensor, topc: int = TOPC) -> torch.Tensor:
-    """:func:`candidate_top` with the correction: the candidates of :func:`topk_by_id`.  ``[rows]`` ids."""
-    module = kernels()
-    base = on_kernel_device(base.contiguous())
-    rows, v = base.shape
-    c = min(topc, v)
-    base_c, cand = topk_by_id(base, c)
-    base_c, cand = base_c.reshape(rows, 1, c).contiguous(), cand.reshape(rows, 1, c).contiguous()
-    bias_c = torch.zeros_like(base_c)
-    blk = torch.full((rows, 2), -1, dtype=torch.int64, device=base.device)
-    with TRITON_LOCK, _launch_on(base.device):
-        module.fused_topc_argmax_to_blk(base_c, bias_c, cand, blk)
-    return blk[:, 1]
 
 
 def _subject(name: str, pick, doc: str):
@@ -291,6 +277,6 @@ vllm_xpress_candidate_argmax = _subject(
 )
 vllm_xpress_candidate_argmax_corrected = _subject(
     "vllm_xpress_candidate_argmax_corrected",
-    candidate_top_by_id,
+    lambda base: candidate_top(base, topk=topk_by_id),
     "vllm_xpress_candidate_argmax with its candidates in id order (the top C, ties kept by the smallest id).",
 )
