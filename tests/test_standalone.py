@@ -17,6 +17,7 @@ from engines.vllm import shm
 from engines.vllm import standalone as templates
 from engines.vllm.build import shipped
 from engines.vllm.layer import INSTALL_HINT, vllm_available
+from engines.vllm.standalone_catalog import SCRIPTS, Script
 from tests.suite import run_in_its_folder
 from tests.test_layering import PROJECT
 from tpargmax import standalone
@@ -25,15 +26,15 @@ ALLOWED = {"os", "sys", "tempfile", "traceback", "datetime", "importlib", "platf
 TRITON_KINDS = {"xpress_top_c"}  # scripts whose vLLM code is a Triton kernel: they import Triton too
 SCRIPT_TIMEOUT = 900  # seconds: vLLM's import in each rank process is slow on a loaded two-core machine
 FIXTURES = standalone.ROOT / "tests" / "fixtures"
-SHARED_MEMORY = [s for s in templates.SCRIPTS if templates.KINDS[s.kind].shared_memory]
+SHARED_MEMORY = [s for s in SCRIPTS if templates.KINDS[s.kind].shared_memory]
 
 
-def unjudged(script: templates.Script, why: str) -> str:
+def unjudged(script: Script, why: str) -> str:
     """The one line a script prints where it cannot judge: its cause, then what is missing."""
     return f"{script.cause}: {templates.UNJUDGED}{why}"
 
 
-def not_judged_here(script: templates.Script) -> str | None:
+def not_judged_here(script: Script) -> str | None:
     """What the script says it lacks on this machine (exit 2), or None where it judges: a later release's script on
     an older vLLM, the shared-memory one where vLLM cannot start that communicator."""
     installed = installed_vllm()
@@ -44,7 +45,7 @@ def not_judged_here(script: templates.Script) -> str | None:
     return None
 
 
-def run_script(script: templates.Script, **env: str) -> subprocess.CompletedProcess:
+def run_script(script: Script, **env: str) -> subprocess.CompletedProcess:
     """The script run as a user runs it, from its folder, with ``env`` added to this environment."""
     return run_in_its_folder(standalone.path_of(script), SCRIPT_TIMEOUT, **env)
 
@@ -66,13 +67,13 @@ def test_committed_scripts_are_what_the_generator_writes(tmp_path) -> None:
     assert standalone.stale() == [], "run `python -m tpargmax.standalone` and commit what it writes"
     written = standalone.write(tmp_path)
     for path in written:
-        committed = standalone.path_of(next(s for s in templates.SCRIPTS if f"{s.stem}.py" == path.name))
+        committed = standalone.path_of(next(s for s in SCRIPTS if f"{s.stem}.py" == path.name))
         assert path.read_bytes() == committed.read_bytes(), path.name
     assert standalone.main(["--check"]) == 0
 
 
-@pytest.mark.parametrize("script", templates.SCRIPTS, ids=lambda s: s.stem)
-def test_script_imports_nothing_of_the_project(script: templates.Script) -> None:
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.stem)
+def test_script_imports_nothing_of_the_project(script: Script) -> None:
     path = standalone.path_of(script)
     tree = ast.parse(path.read_bytes(), str(path))
     names = set()
@@ -97,8 +98,8 @@ def test_numbers_read_back_exactly() -> None:
     assert torch.equal(back.view(torch.int32), values.view(torch.int32))
 
 
-@pytest.mark.parametrize("script", templates.SCRIPTS, ids=lambda s: s.stem)
-def test_script_checks_what_it_needs_before_it_judges(script: templates.Script) -> None:
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.stem)
+def test_script_checks_what_it_needs_before_it_judges(script: Script) -> None:
     """Every script says what exit 2 means and checks before it starts its ranks; the shared-memory one carries
     ``engines.vllm.shm``'s two functions word for word (the one place that knows the precondition), asks before
     the start and asks again in the ranks, after vLLM's answer."""
@@ -117,8 +118,8 @@ def test_script_checks_what_it_needs_before_it_judges(script: templates.Script) 
         assert "shm_" not in text
 
 
-@pytest.mark.parametrize("script", [SHARED_MEMORY[0], templates.SCRIPTS[2]], ids=lambda s: s.stem)
-def test_without_vllm_a_script_says_so_in_one_line_and_exits_2(script: templates.Script) -> None:
+@pytest.mark.parametrize("script", [SHARED_MEMORY[0], SCRIPTS[2]], ids=lambda s: s.stem)
+def test_without_vllm_a_script_says_so_in_one_line_and_exits_2(script: Script) -> None:
     """Where vLLM is not installed (made so here, whatever this machine has), no verdict: exit 2, one line."""
     done = run_script(script, PYTHONPATH=str(FIXTURES / "without_engines"), WITHOUT="vllm")
     assert done.returncode == 2, done.stdout + done.stderr[-2000:]
@@ -142,8 +143,8 @@ def test_the_shared_memory_script_is_exit_2_where_the_communicator_does_not_come
 
 
 @pytest.mark.skipif(not vllm_available(), reason=INSTALL_HINT)
-@pytest.mark.parametrize("script", templates.SCRIPTS, ids=lambda s: s.stem)
-def test_script_fails_on_vllm(script: templates.Script) -> None:
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.stem)
+def test_script_fails_on_vllm(script: Script) -> None:
     """Each script, run as a user runs it, exits 1 and prints both answers and its cause's title; the
     shared-memory one, on a CPU where vLLM cannot start that communicator, exits 2 and says why."""
     path = standalone.path_of(script)
@@ -163,8 +164,8 @@ def test_script_fails_on_vllm(script: templates.Script) -> None:
 
 
 @pytest.mark.skipif(not vllm_available(), reason=INSTALL_HINT)
-@pytest.mark.parametrize("script", templates.SCRIPTS, ids=lambda s: s.stem)
-def test_script_passes_with_the_corrections_installed(script: templates.Script) -> None:
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.stem)
+def test_script_passes_with_the_corrections_installed(script: Script) -> None:
     """The same script exits 0 once every rank runs the project's corrections: the script reproduces its cause and
     nothing else, and the correction removes it."""
     path = standalone.path_of(script)

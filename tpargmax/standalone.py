@@ -24,6 +24,7 @@ from engines.versions import VLLM_VERSION, vllm_page, vllm_repro
 from engines.vllm import shm
 from engines.vllm import standalone as templates
 from engines.vllm.build import release_key
+from engines.vllm.standalone_catalog import SCRIPTS, Script
 from properties.cases.case import Case
 from properties.cases.tensors import build
 from properties.repro.records import load
@@ -49,7 +50,7 @@ class Source:
     bias: torch.Tensor | None
 
 
-def source(script: templates.Script, root: Path = ROOT) -> Source:
+def source(script: Script, root: Path = ROOT) -> Source:
     """The case of ``script``: its repro file's tensors, or its case's, or (``data``) only its sizes."""
     if script.repro:
         path = f"{vllm_repro(script.release)}/{script.repro}.json"
@@ -95,7 +96,7 @@ def tensor_text(target: str, t: torch.Tensor, comment: str) -> str:
     return f"{target} = torch.tensor([  # {comment}\n{_lines(_items(t) + ',')}], dtype=torch.{dtype})\n"
 
 
-def data_text(script: templates.Script, src: Source) -> str:
+def data_text(script: Script, src: Source) -> str:
     """The script's tensors as source: hidden rows kept, head rows kept (the others zero), the bias."""
     if script.data:
         return script.data
@@ -126,7 +127,7 @@ def data_text(script: templates.Script, src: Source) -> str:
     return out
 
 
-def _sizes(script: templates.Script, src: Source, tp: int) -> str:
+def _sizes(script: Script, src: Source, tp: int) -> str:
     if src.case is None:
         vocab, added, logits_vocab, scale, soft_cap = script.case["vocab"], 0, script.case["vocab"], 1.0, None
     else:
@@ -145,7 +146,7 @@ def _docstring_lines(text: str) -> str:
     return "\n".join(textwrap.wrap(text, WIDTH - 3, break_on_hyphens=False, break_long_words=False))
 
 
-def reductions(script: templates.Script, src: Source) -> str:
+def reductions(script: Script, src: Source) -> str:
     """What the script keeps of the case, in words (empty where it keeps all of it)."""
     parts = []
     if script.tp is not None and script.tp != src.tp:
@@ -157,7 +158,7 @@ def reductions(script: templates.Script, src: Source) -> str:
     return f" Kept: {'; '.join(parts)}." if parts else ""
 
 
-def render(script: templates.Script, root: Path = ROOT) -> str:
+def render(script: Script, root: Path = ROOT) -> str:
     """The text of ``script``'s file."""
     cause = next(c for c in BY_RELEASE[script.release].causes if c.id == script.cause)
     kind = templates.KINDS[script.kind]
@@ -217,18 +218,18 @@ def preconditions(kind: templates.Kind, release: str = VLLM_VERSION) -> dict[str
     return {"static": "shm_unavailable()", "functions": functions, "after": after}
 
 
-def path_of(script: templates.Script, root: Path = ROOT) -> Path:
+def path_of(script: Script, root: Path = ROOT) -> Path:
     return root / vllm_page(script.release) / f"{script.stem}.py"
 
 
-def scripts() -> list[templates.Script]:
+def scripts() -> list[Script]:
     """One script a cause, in the causes' order (a later release's new causes after the first's); a ValueError names
     a cause without one, or a script without a cause."""
-    by_cause = {script.cause: script for script in templates.SCRIPTS}
+    by_cause = {script.cause: script for script in SCRIPTS}
     ids = list(dict.fromkeys(cause.id for findings in BY_RELEASE.values() for cause in findings.causes))
     missing, unknown = [i for i in ids if i not in by_cause], sorted(set(by_cause) - set(ids))
-    if missing or unknown or len(by_cause) != len(templates.SCRIPTS):
-        raise ValueError(f"engines.vllm.standalone.SCRIPTS: no script for {missing}, no cause for {unknown}")
+    if missing or unknown or len(by_cause) != len(SCRIPTS):
+        raise ValueError(f"engines.vllm.standalone_catalog.SCRIPTS: no script for {missing}, no cause for {unknown}")
     return [by_cause[i] for i in ids]
 
 
