@@ -34,9 +34,9 @@ def _params(temperature, top_k, top_p) -> SamplingParams:
 def test_subjects_import_and_declare_their_contract_without_vllm():
     """Importable without vLLM (it is loaded lazily); what the properties read: the masks each takes, no declared
     noise (the contract's is drawn), a loader outside the timeout and the reason it cannot run."""
-    assert tt.vllm_topk_topp_triton.masks is True
+    assert tt.vllm_topk_topp_triton.masks is True and tt.vllm_topk_topp_triton_corrected.masks is True
     assert tt.vllm_topk_topp_triton_split.masks == ("top_p",)
-    for fn in (tt.vllm_topk_topp_triton, tt.vllm_topk_topp_triton_split):
+    for fn in (tt.vllm_topk_topp_triton, tt.vllm_topk_topp_triton_corrected, tt.vllm_topk_topp_triton_split):
         assert not hasattr(fn, "noise") and not hasattr(fn, "classic_path")
         assert callable(fn.start) and fn.needs is tt.why_unavailable
     if REASON is not None and tt.vllm_dir() is None:
@@ -110,3 +110,22 @@ def test_split_pipeline_takes_more_than_64_rows_64_at_a_time():
     kept = tt.vllm_kept(x, params, split=True)
     assert bool(kept.any(dim=1).all()) and not bool(kept.all(dim=1).any())
     assert bool(kept.gather(1, x.argmax(1, keepdim=True)).all())  # the largest always stays
+
+
+@needs_vllm
+def test_t1s_correction_keeps_the_nucleus_the_shipped_branch_drops():
+    """T1 (docs/conformance/sampling-vllm-0.33.0.md): top-p 0.9 on [1, 0, 0, 0, 0, 0] (masses 0.352, 0.130 x 5)
+    needs all six tokens; the shipped standalone branch keeps the first alone, the corrected one (its bracket from
+    0) all six, as the contract does."""
+    x = torch.tensor([[1.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    params = _params([1.0], [0], [0.9])
+    assert tt.vllm_kept(x, params).tolist() == [[True] + [False] * 5]
+    assert tt.vllm_kept(x, params, corrected=True).tolist() == kept_mask(x, params).tolist() == [[True] * 6]
+
+
+@needs_vllm
+def test_a_correction_that_does_not_match_the_installed_file_is_refused():
+    from engines.vllm.triton_files import load
+
+    with pytest.raises(RuntimeError, match="the correction expects"):
+        load(tt.TOPK_TOPP, (("this line is in no release", "x"),))

@@ -20,6 +20,13 @@ TOP_K = ("properties/test_top_k.py", "-k", "not test_repro_file_replays_clean")
 SAMPLING = ("properties/test_sampling.py",)
 LEFT_TO_A_GPU = "tp4-added-top-k"
 INTERPRETED = f"; under Triton's interpreter without the {LEFT_TO_A_GPU} distribution case (a GPU runs it)"
+# vLLM's Triton mask under the interpreter: a minute or more per draw of a 4000-row distribution case, so only the
+# token properties run there (its first eight cases took 761 s, and the full selection outran a 900 s row)
+TOKEN_PROPERTIES = "test_sample_exact or test_sample_support or test_kept_set or test_sample_log_probs"
+TOKENS_INTERPRETED = (
+    "; under Triton's interpreter the token properties alone (exactness, support, kept set, log-probabilities): "
+    "the distribution, invariance and own-randomness properties are left to a GPU"
+)
 
 
 @dataclass(frozen=True)
@@ -189,6 +196,7 @@ def sampling_runs() -> list[Run]:
     # The interpreter takes over ten minutes per subject for the 4000-row tp 4 top-k distribution case: there the
     # candidate samplers leave it to a GPU (the page's notes say so), and run every other case.
     top_k_tests = () if not interpret else (*SAMPLING, "-k", f"not {LEFT_TO_A_GPU}")
+    token_tests = () if not interpret else (*SAMPLING, "-k", TOKEN_PROPERTIES)
     vllm_needs, sglang_needs = "engines.vllm.triton_files:why_unavailable", "engines.sglang.sampling:why_unavailable"
     kernel = "vLLM kernel"
     runs = [
@@ -265,6 +273,40 @@ def sampling_runs() -> list[Run]:
         Run(
             (
                 Subject(
+                    "engines.vllm.topk_topp_triton:vllm_topk_topp_triton",
+                    kernel,
+                    "apply_top_k_top_p_triton on the gathered x = logit / T (its one-program-per-row kernel), then "
+                    "the contract's draw over what it keeps",
+                    "vllm_topk_topp_triton",
+                    needs=vllm_needs,
+                    since="0.33.0",  # the 0.32.0 page predates these rows (the same kernel there: T1 says so)
+                ),
+                Subject(
+                    "engines.vllm.topk_topp_triton:vllm_topk_topp_triton_corrected",
+                    kernel + CORRECTED_KIND,
+                    "the same kernel with T1's correction: the standalone top-p branch's bracket starts at 0",
+                    "vllm_topk_topp_triton (corrected)",
+                    corrects="vllm_topk_topp_triton",
+                    needs=vllm_needs,
+                    since="0.33.0",
+                ),
+                Subject(
+                    "engines.vllm.topk_topp_triton:vllm_topk_topp_triton_split",
+                    kernel,
+                    "_apply_topp_split, the split-row top-p pipeline CUDA takes for at most 64 rows (top-p only)",
+                    "vllm_topk_topp_triton_split",
+                    needs=vllm_needs,
+                    since="0.33.0",
+                ),
+            ),
+            sampling=True,
+            env=interpret,
+            timeout=slow,
+            tests=token_tests,
+        ),
+        Run(
+            (
+                Subject(
                     "engines.sglang_sampling:sglang_candidate_topk",  # the recorded names: the page's failure keys stay
                     f"SGLang {SGLANG_VERSION}",
                     "DFlash's candidate_topk (lilicorr_topk_lse, the merge, the log-normaliser); drawn with the "
@@ -296,7 +338,10 @@ def sampling_runs() -> list[Run]:
     ]
     release = vllm_release()
     runs = [replace(run, subjects=tuple(s for s in run.subjects if shipped(s.since, release))) for run in runs]
-    return [run if not run.tests else replace(run, subjects=tuple(_noted(s) for s in run.subjects)) for run in runs]
+    return [
+        run if not run.tests else replace(run, subjects=tuple(_noted(s, run.tests) for s in run.subjects))
+        for run in runs
+    ]
 
 
 def xpress_runs() -> list[Run]:
@@ -341,8 +386,8 @@ def xpress_runs() -> list[Run]:
     return [Run(ready, env=interpret, timeout=slow)] if ready else []
 
 
-def _noted(subject: Subject) -> Subject:
-    return replace(subject, note=subject.note + INTERPRETED)
+def _noted(subject: Subject, tests: tuple[str, ...]) -> Subject:
+    return replace(subject, note=subject.note + (TOKENS_INTERPRETED if TOKEN_PROPERTIES in tests else INTERPRETED))
 
 
 def tpu_inference_runs() -> list[Run]:

@@ -20,6 +20,7 @@ PAGE = sampling_page(RELEASE)
 _I = "TRITON_INTERPRET=1 "  # the environment this page's rows ran in, as their failures' keys begin
 _GUMBEL = "engines_vllm_gumbel_vllm_gumbel"
 _D = "engines_vllm_dflash2_sampler_vllm_dflash2_sampler"
+_MASK_ROW = "engines_vllm_topk_topp_triton_vllm_topk_topp_triton"
 FAILURES: dict[str, tuple[tuple[str, ...], ...]] = {
     # the NaN a Gumbel argmax never returns: the corrected sharded Gumbel row (as on 0.32.0's page) and DFlash2's
     # candidate walk, which calls `gumbel_noised_argmax` (the distribution test's `nan` head, token 16 drawn)
@@ -81,6 +82,36 @@ FAILURES: dict[str, tuple[tuple[str, ...], ...]] = {
                 ("test_kept_set", "_corrected", "9030369282"),
                 ("test_sample_log_probs", "_corrected", "5f849184c9"),
                 ("test_sampled_distribution", "_corrected", "38724cc7a5"),
+            )
+        ),
+    ),
+    # T1: the shipped mask's rows, each failing on a row whose probabilities are all equal (T = 1e+30): the branch's
+    # bracket is closed from the start, and it keeps the tokens above its estimated mean (152 of 300 at p 0.75)
+    "T1": (
+        tuple(
+            f"{_I}{test}-{_MASK_ROW}-gloo-{key}"
+            for test, key in (
+                ("test_sample_exact", "b9399aa567"),
+                ("test_sample_support", "63f79cbe70"),
+                ("test_kept_set", "7c67ed4c27"),
+                ("test_sample_log_probs", "65393402e7"),
+            )
+        ),
+    ),
+    # P1: the split pipeline keeps every token of the same row (300 at p 0.75; at p 0.25 it draws id 15, outside the
+    # 75 the contract keeps); the corrected kernel keeps as many as the contract, the first of them by id
+    "P1": (
+        tuple(
+            f"{_I}{test}-{_MASK_ROW}{row}-gloo-{key}"
+            for test, row, key in (
+                ("test_sample_exact", "_split", "af33089721"),
+                ("test_sample_support", "_split", "8060b0b21a"),
+                ("test_kept_set", "_split", "98fc448674"),
+                ("test_sample_log_probs", "_split", "9a41bc2ce5"),
+                ("test_sample_exact", "_corrected", "067c8ae3fb"),
+                ("test_sample_support", "_corrected", "ccfa4d2990"),
+                ("test_kept_set", "_corrected", "7492d0536c"),
+                ("test_sample_log_probs", "_corrected", "6368348146"),
             )
         ),
     ),
@@ -155,19 +186,36 @@ NEW = (
         "A row whose probabilities are all equal (a huge temperature) starts with a closed bracket and keeps the "
         "tokens above a mean the branch estimates, whatever p is. The branch's arithmetic redone in plain float32 "
         "torch (and float64) keeps the same sets: it is the algorithm, not Triton's interpreter. The same on 0.32.0 "
-        "(L699-L861). Not a row of this page yet: under the interpreter the mask's rows outlast a report (its "
-        "first property alone took 155 s); found by the suite's properties (`--sampling-impl "
-        "engines.vllm.topk_topp_triton:vllm_topk_topp_triton`, sample exact, support, kept set and log-probs, on "
-        "`Case(batch=16, hidden=6, vocab=300, tp=4, seed=21, weights='normal', spread=True)` with "
-        "`SamplePlan(temperature='one', top_p='exact')`).",
-        failures=(),
+        "(L699-L861). On this page (the mask's rows run the token properties alone under the interpreter) every "
+        "property fails on one row of `Case(batch=16, hidden=6, vocab=300, tp=4, seed=21, weights='normal', "
+        "spread=True)`: T = 1e+30 and top-p 0.75 make the 300 float32 probabilities equal, and the branch keeps "
+        "152 tokens where the nucleus needs 225 (the closed bracket's case).",
+        failures=FAILURES["T1"][0],
         script=f"{PAGE}/vllm_topp_triton_min_logit_dropped.py",
-        correction="none in the suite: the bracket would start below the smallest probability (at 0), so that a "
-        "probe can count every token",
+        correction="`engines.vllm.topk_topp_triton.T1_BRACKET`, the row `vllm_topk_topp_triton (corrected)`: the "
+        "branch's bracket starts at 0 (`min_range = ... * 0.0`, one line of the installed file changed as it "
+        "loads), so that a probe can count every token",
     ),
 )
 _INTERPRETER = "triton/runtime/interpreter.py"
 REASONS = (
+    Reason(
+        id="P1",
+        title="vLLM's top-p takes tokens of equal float32 probability as one tie group; the contract orders them by x",
+        why="Where a huge temperature (T = 1e+30) makes every probability of a row equal but leaves their x distinct "
+        "in float32, the contract (`reference.sampling.top_p_mask`, docs/sampling.md) keeps the first p of them in "
+        "x order (the nucleus of a row of equal masses: 225 of 300 at p 0.75, 75 at p 0.25). vLLM works on the "
+        f"probabilities, where they tie: the split pipeline's `_topp_sb_mask_kernel` ({_MASK}, 0.33.0) keeps "
+        "`(prob > pivot) | (x == M)`, the whole group (all 300, so its draw is uniform over the row); the "
+        "one-program kernel with T1 corrected keeps as many as the contract, but its duplicate handling "
+        "(`tl.abs(logits_blk - duplicate_logit) < 1e-9`, L869) takes the first of them by id (225 kept, 56 of "
+        "them not the contract's). Measured under the interpreter on eight tokens x = 7e-30 ... 0 at p 0.5: the "
+        "split pipeline keeps 8, the kernel (shipped or corrected) and the contract the same 4. A convention of "
+        "where ties are drawn (probability, not x), on rows whose float32 probabilities are all equal; not a defect "
+        "the suite claims of vLLM. CUDA takes the split pipeline for a batch of at most 64 rows with top-p and no "
+        "top-k.",
+        failures=FAILURES["P1"][0],
+    ),
     Reason(
         id="I1",
         title="Triton's CPU interpreter raises on a maximum over an all-NaN slice; a GPU does not",

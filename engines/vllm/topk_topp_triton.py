@@ -28,6 +28,9 @@ What runs of vLLM: the wheel's file, executed by its path with the real Triton (
   it in vLLM; this subject calls it as the CUDA dispatch does, with ``num_sm`` = :data:`NUM_SM` (an H200's SMs),
   so the rows split as they do on that GPU; a batch of more than 64 rows is sent 64 rows at a time (vLLM's
   workspace holds 64: each chunk is a batch vLLM sends there).  It takes top-p only (``fn.masks = ("top_p",)``).
+* :func:`vllm_topk_topp_triton_corrected`: :func:`vllm_topk_topp_triton` with the 0.33.0 samplers' page's T1
+  corrected in vLLM's own file as it loads (:data:`T1_BRACKET`, one line: the standalone top-p branch's bracket
+  starts at 0).
 
 The glue (ours):
 
@@ -77,7 +80,7 @@ from sharded.layout import ShardLayout
 from sharded.local_sampling import gathered_logits, shard_tokens
 from sharded.triton_env import TRITON_LOCK, interpreting, on_kernel_device
 
-__all__ = ["vllm_topk_topp_triton", "vllm_topk_topp_triton_split", "why_unavailable"]
+__all__ = ["vllm_topk_topp_triton", "vllm_topk_topp_triton_corrected", "vllm_topk_topp_triton_split", "why_unavailable"]
 
 TOPK_TOPP = "v1/sample/ops/topk_topp_triton.py"
 NUM_SM = 132  # an H200's streaming multiprocessors: num_compute_units() there, how many splits a row gets
@@ -95,17 +98,26 @@ def _vllm_imports(text: str) -> list[str]:
     return names
 
 
+# T1's correction (docs/conformance/sampling-vllm-0.33.0.md): the standalone top-p branch bisects a probability
+# bracket that starts at 0, not at the probability of the row's smallest finite logit, so a probe can count every
+# token (the same line in 0.32.0 and 0.33.0)
+T1_BRACKET = (
+    "min_range = tl.exp(min_logit - max_sample) / sum_exp_logits",
+    "min_range = tl.exp(min_logit - max_sample) / sum_exp_logits * 0.0",
+)
+
+
 @cache
-def _module() -> ModuleType:
-    """The installed release's ``topk_topp_triton.py``, loaded with the real Triton.  Its other vLLM imports are
-    imported first as vLLM's own modules: imported while ``vllm.triton_utils`` stands for Triton, theirs fail
-    (``jit_warmup_triton_helper`` imports ``HAS_TRITON``)."""
+def _module(corrected: bool = False) -> ModuleType:
+    """The installed release's ``topk_topp_triton.py``, loaded with the real Triton (``corrected``: with
+    :data:`T1_BRACKET`).  Its other vLLM imports are imported first as vLLM's own modules: imported while
+    ``vllm.triton_utils`` stands for Triton, theirs fail (``jit_warmup_triton_helper`` imports ``HAS_TRITON``)."""
     reason = why_unavailable()
     if reason is not None:
         raise RuntimeError(reason)
     for name in _vllm_imports((vllm_dir() / TOPK_TOPP).read_text()):
         importlib.import_module(name)
-    return load(TOPK_TOPP)
+    return load(TOPK_TOPP, (T1_BRACKET,) if corrected else ())
 
 
 @contextmanager
@@ -158,10 +170,10 @@ def vllm_k_p(sampling: SamplingParams, vocab: int) -> tuple[torch.Tensor | None,
     return (k.to(torch.int32) if do_k else None), (p.float() if do_p else None), topp_only
 
 
-def vllm_kept(x: torch.Tensor, sampling: SamplingParams, split: bool = False) -> torch.Tensor:
+def vllm_kept(x: torch.Tensor, sampling: SamplingParams, split: bool = False, corrected: bool = False) -> torch.Tensor:
     """bool ``[B, V]``: the tokens vLLM's mask leaves of ``x`` float32 ``[B, V]`` (glue 2 and 3); ``split``: the
-    split-row top-p pipeline alone (:func:`vllm_topk_topp_triton_split`)."""
-    mod = _module()
+    split-row top-p pipeline alone (:func:`vllm_topk_topp_triton_split`); ``corrected``: with T1's correction."""
+    mod = _module(corrected)
     k, p, topp_only = vllm_k_p(sampling, x.shape[1])
     if (k is None and p is None) or not x.shape[0]:
         return torch.ones_like(x, dtype=torch.bool)
@@ -182,12 +194,12 @@ def vllm_kept(x: torch.Tensor, sampling: SamplingParams, split: bool = False) ->
     return (out != sentinel).to(x.device)
 
 
-def _draw(logits, layout: ShardLayout, group: TPGroup, d2t, sampling: SamplingParams, split: bool):
+def _draw(logits, layout: ShardLayout, group: TPGroup, d2t, sampling: SamplingParams, split: bool, corrected: bool):
     """The classic path with vLLM's mask: gather, scale, mask, draw (module docstring)."""
     draft, target_vocab = gathered_logits(logits, layout, group, d2t)
     full, mapped = target_logits(draft, d2t, target_vocab)
     x = scaled(full, sampling)
-    kept = vllm_kept(x, sampling, split) & mapped
+    kept = vllm_kept(x, sampling, split, corrected) & mapped
     ids = torch.arange(full.shape[1], device=x.device)
     score = (x + gumbel_noise(sampling.seed.to(x.device), ids).to(x.device)).masked_fill(~kept, -math.inf)
     greedy = sampling.greedy.to(x.device)
@@ -197,7 +209,7 @@ def _draw(logits, layout: ShardLayout, group: TPGroup, d2t, sampling: SamplingPa
     return tokens, log_probs(full, x, kept, tokens, greedy).float(), kept_ids, ("",) * tokens.shape[0]
 
 
-def _subject(name: str, split: bool):
+def _subject(name: str, split: bool, corrected: bool = False):
     def impl(
         hidden: torch.Tensor,
         weight: torch.Tensor,
@@ -211,11 +223,11 @@ def _subject(name: str, split: bool):
         group: TPGroup,
     ):
         logits, _, _ = shard_tokens(hidden, weight, bias, layout, scale, soft_cap, d2t, sampling)
-        return _draw(logits, layout, group, d2t, sampling, split)
+        return _draw(logits, layout, group, d2t, sampling, split, corrected)
 
     impl.__name__ = impl.__qualname__ = name
     impl.masks = ("top_p",) if split else True
-    impl.start = lambda group: _module()  # loads vLLM's file: outside the collective timeout
+    impl.start = lambda group: _module(corrected)  # loads vLLM's file: outside the collective timeout
     impl.needs = why_unavailable  # vLLM's Triton file, and a GPU or Triton's interpreter
     return impl
 
@@ -229,4 +241,8 @@ vllm_topk_topp_triton_split = _subject("vllm_topk_topp_triton_split", split=True
 vllm_topk_topp_triton_split.__doc__ = (
     "The classic path masked by vLLM's split-row top-p pipeline (_apply_topp_split, its CUDA path for a batch of at "
     "most 64 rows without top-k), the contract's draw over the tokens it keeps."
+)
+vllm_topk_topp_triton_corrected = _subject("vllm_topk_topp_triton_corrected", split=False, corrected=True)
+vllm_topk_topp_triton_corrected.__doc__ = (
+    "vllm_topk_topp_triton with T1's correction (T1_BRACKET): the standalone top-p branch's bracket starts at 0."
 )

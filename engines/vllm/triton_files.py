@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import linecache
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -103,8 +104,12 @@ def _real_triton(stands_for: dict[str, ModuleType]) -> Iterator[None]:
 
 
 @cache
-def load(relative: str) -> ModuleType:
-    """Execute ``vllm/<relative>`` from the wheel under a private name (the gumbel file first, for DFlash2's)."""
+def load(relative: str, edits: tuple[tuple[str, str], ...] = ()) -> ModuleType:
+    """Execute ``vllm/<relative>`` from the wheel under a private name (the gumbel file first, for DFlash2's).
+
+    ``edits``: a correction, ``(old, new)`` text replacements each of which must match the installed file exactly
+    once (else ``RuntimeError``: the correction is for another release).  The corrected file runs under its own
+    module name, its text registered with ``linecache`` so that Triton's JIT compiles what runs."""
     reason = why_unavailable()
     if reason is not None:
         raise RuntimeError(reason)
@@ -112,7 +117,21 @@ def load(relative: str) -> ModuleType:
         importlib.import_module(module_name)
     stands_for = {_MODULES[GUMBEL]: load(GUMBEL)} if relative != GUMBEL else {}
     path = vllm_dir() / relative
-    name = "tpargmax_vllm_" + relative.removesuffix(".py").replace("/", "_")
+    name = "tpargmax_vllm_" + relative.removesuffix(".py").replace("/", "_") + ("_corrected" if edits else "")
+    if edits:
+        text = path.read_text()
+        for old, new in edits:
+            if text.count(old) != 1:
+                raise RuntimeError(f"{path}: the correction expects {old!r} once, and finds it {text.count(old)} times")
+            text = text.replace(old, new)
+        filename = f"{path}+corrected"
+        linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)  # no mtime: never evicted
+        module = ModuleType(name)
+        module.__file__ = filename
+        sys.modules[name] = module
+        with TRITON_LOCK, _real_triton(stands_for):
+            exec(compile(text, filename, "exec"), module.__dict__)
+        return module
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise RuntimeError(f"cannot load {path}")
