@@ -31,7 +31,8 @@ from properties.harness import runner
 from properties.harness.settings import changed, configure, pinned_head
 from properties.oracle import answer
 from properties.repro.records import check
-from properties.sampling.checks import check_kept_set, check_sample_exact, noise_of, oracle_sample, plan_for
+from properties.sampling.checks import noise_of, oracle_sample, plan_for
+from properties.sampling.exactness import check_kept_set, check_sample_exact
 from properties.sampling.log_probs import check_log_probs
 from properties.sampling.params import params_of
 from sharded.impls import IMPL_ENV, load_impl, runnable

@@ -16,14 +16,13 @@ from properties.cases.case import Case
 from properties.cases.plans import SamplePlan, sample_plans
 from properties.harness.runner import backend_tps, prepare
 from properties.sampling.checks import (
-    check_kept_set,
-    check_sample_exact,
     check_sample_invariance,
     masks_of,
     plan_for,
     token_noise,
 )
 from properties.sampling.distribution import DISTRIBUTION_CASES, DistributionCase, check_distribution
+from properties.sampling.exactness import check_kept_set, check_sample_exact
 from properties.sampling.log_probs import check_log_probs
 from properties.sampling.own_randomness import check_batch_independence, check_equal_paths
 from properties.sampling.support import check_named_divergence, check_support

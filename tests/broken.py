@@ -108,6 +108,26 @@ def highest_rank_wins(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None,
     return map_d2t(gathered[..., 1].gather(0, winner.unsqueeze(0)).squeeze(0).long(), d2t, layout)
 
 
+def _bias_left_off(block: str):
+    """The local path with the bias left off one block of rows (``"added"``, ``"base"``) or all of them."""
+
+    def impl(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+        logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
+        if bias is not None:
+            bare = checked_shard_logits(hidden, weight, None, layout, scale, soft_cap)
+            rows = {"added": (layout.added_row, layout.size), "base": (0, layout.added_row), "all": (0, layout.size)}
+            lo, hi = rows[block]
+            logits[:, lo:hi] = bare[:, lo:hi]
+        values, ids = local_best(logits, layout)
+        return map_d2t(pick_pairs(values, ids, group), d2t, layout)
+
+    return impl
+
+
+bias_skipped_on_added = _bias_left_off("added")
+bias_skipped = _bias_left_off("all")
+
+
 def ids_in_bf16(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
     values, ids = local_best(checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap), layout)
     ids = pick_pairs(values, ids.to(torch.bfloat16).long(), group)  # ids above 256 round

@@ -15,11 +15,16 @@ from functools import partial
 
 import torch
 
+from reference.oracle import tokens_from_draft_logits
 from reference.sampling import (
     SamplingParams,
     gumbel_noise,
     has_probabilities,
+    kept_mask,
+    log_probs,
+    masses,
     scaled,
+    support_mask,
     target_logits,
     top_k_mask,
     top_p_margin,
@@ -79,6 +84,9 @@ def _sample(
     x_in_dtype: bool = False,
     top_p_rule: str = "<",
     report_before_top_p: bool = False,
+    x_in_float64: bool = False,
+    raw_log_prob_at_draft_id: bool = False,
+    processed_is_raw: bool = False,
 ):
     """Gather each rank's token rows (or its top ``per_rank``), then mask, add noise and take the first maximum: every
     row at once, as :func:`reference.sampling.classic_sample` does (a loop over rows cost most of a power test's time
@@ -94,6 +102,8 @@ def _sample(
     greedy = temperature == 0
     t = torch.where(greedy, 1.0, temperature).unsqueeze(1)
     x = (values / t.to(values.dtype)).float() if x_in_dtype else values.float() / t
+    if x_in_float64:  # never overflows: at a subnormal T every x stays finite and the largest logit wins
+        x = values.double() / t.double()
     keyed = {"target": targets, "draft": ids, "column": layout.token_rows()}[key]
     g = gumbel_noise(sampling.seed, keyed)
     owner_lse = torch.logsumexp(values.double(), dim=1)
@@ -120,7 +130,8 @@ def _sample(
     def answer():  # what every rank would compute alike from the gathered words
         xs, gs, raws, tid = (every[:, i].permute(1, 0, 2).reshape(x.shape[0], -1) for i in range(4))
         walk = _walk(tid, rank_order, largest_first)
-        v, n, r, ids = xs.float().gather(1, walk), gs.gather(1, walk).float(), raws.gather(1, walk), tid.gather(1, walk)
+        xs = xs if x_in_float64 else xs.float()
+        v, n, r, ids = xs.gather(1, walk), gs.gather(1, walk).float(), raws.gather(1, walk), tid.gather(1, walk)
         chosen_on = v + n if noise_first else v
         sampled = ~greedy
         by_k = _on_rows(top_k_mask, sampled & (sampling.top_k > 0), chosen_on, sampling.top_k)  # the rest keep all
@@ -141,9 +152,14 @@ def _sample(
         if shard_log_prob:  # normalised by the owner rank's own log-sum-exp
             owner = (every[:, 3] == token).any(dim=2).int().argmax(dim=0)
             raw_lp = r.gather(1, best)[:, 0] - lse[owner, torch.arange(lse.shape[1])]
+        if raw_log_prob_at_draft_id and d2t is not None:  # the draft id's logit, as if d2t were not applied
+            targets_of = torch.arange(d2t.numel(), device=token.device) + d2t.to(token.device)  # by draft id
+            draft = (targets_of.unsqueeze(0) == token.long()).long().argmax(dim=1, keepdim=True)
+            at = (ids == draft.double()).long().argmax(dim=1, keepdim=True)  # the column of target id `draft`
+            raw_lp = r.gather(1, at)[:, 0] - torch.logsumexp(lse, dim=0)
         reported = by_k if report_before_top_p else kept  # top-k's set, not the nucleus
         processed = torch.log_softmax(v.double().masked_fill(~reported, -math.inf), dim=1).gather(1, best)[:, 0]
-        log_probs = torch.stack([raw_lp, torch.where(greedy, raw_lp, processed)], dim=1)
+        log_probs = torch.stack([raw_lp, raw_lp if processed_is_raw else torch.where(greedy, raw_lp, processed)], 1)
         mine = torch.where(greedy.unsqueeze(1), torch.zeros_like(reported).scatter_(1, best, True), reported)
         slot = torch.where(mine, mine.cumsum(dim=1) - 1, xs.shape[1])  # ids in walk order; the rest to a spare
         kept_ids = torch.full((xs.shape[0], xs.shape[1] + 1), -1, dtype=torch.int64).scatter_(1, slot, ids.long())
@@ -252,6 +268,11 @@ kept_before_top_p = _broken(
     "Reports the kept set and the processed log-probability after top-k, before top-p; draws right.",
     report_before_top_p=True,
 )
+x_in_float64 = _broken("x_in_float64", "Divides by T in float64: logit / T never overflows.", x_in_float64=True)
+raw_log_prob_at_draft_id = _broken(
+    "raw_log_prob_at_draft_id", "The raw log-probability read at the draft id.", raw_log_prob_at_draft_id=True
+)
+processed_is_raw = _broken("processed_is_raw", "Reports the raw log-probability as processed.", processed_is_raw=True)
 log_prob_per_shard = _broken(
     "log_prob_per_shard", "The raw log-probability normalised by the owner rank's log-sum-exp.", shard_log_prob=True
 )
@@ -281,11 +302,30 @@ def _batch_k(s: SamplingParams) -> SamplingParams:
     return replace(s, top_k=torch.full_like(s.top_k, int(s.top_k[on].min()))) if bool(on.any()) else s
 
 
+def _raised_p(s: SamplingParams) -> SamplingParams:
+    return replace(s, top_p=torch.where(s.top_p < 1, (s.top_p + 0.125).clamp(max=1.0), s.top_p))
+
+
+def _first_temperature(s: SamplingParams) -> SamplingParams:
+    sampled = s.temperature > 0
+    first = s.temperature[sampled][:1]
+    return replace(s, temperature=torch.where(sampled, first, s.temperature)) if first.numel() else s
+
+
+def _temperature_one(s: SamplingParams) -> SamplingParams:
+    return replace(s, temperature=torch.where(s.temperature > 0, 1.0, 0.0))
+
+
 def _stepped(change):
     return lambda s: replace(change(s), seed=_step_seeds(s.seed))
 
 
 top_k_one_past = _gathered_with("top_k_one_past", "Top-k keeps one token past the k-th value (k + 1).", _one_past)
+top_p_raised = _gathered_with("top_p_raised", "Top-p with p raised by 1/8: the nucleus too wide.", _raised_p)
+first_temperature = _gathered_with(
+    "first_temperature", "Every sampled row at the batch's first sampled row's temperature.", _first_temperature
+)
+temperature_one = _gathered_with("temperature_one", "Every sampled row at temperature 1.", _temperature_one)
 top_k_of_the_batch = _gathered_with(
     "top_k_of_the_batch",
     "One top-k for the batch, its smallest, and one noise key per step (declared): a row follows its batchmates.",
@@ -400,3 +440,47 @@ def _every_16(seeds: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 # Declares its noise honestly (the oracle draws the same), so only the distribution property can see the bug.
 noise_repeats_every_16_ids = gumbel_pairs_with(_every_16, "noise_repeats_every_16_ids")
+
+
+def _multinomial(name: str, doc: str, mask: Callable[[torch.Tensor, SamplingParams], torch.Tensor]):
+    """A sampler with its own randomness: ``torch.multinomial`` over the gathered row's softmax on ``mask``'s kept
+    set, from one ``torch.Generator`` per step (seeded by the batch's seeds), so no token noise can declare it.  A
+    row without probabilities (a NaN, a ``+inf``, all ``-inf``) takes the one token its support holds, a greedy row
+    its argmax; it reports the kept set and the log-probabilities at its token."""
+
+    def impl(hidden, weight, bias, layout, *, sampling, scale=1.0, soft_cap=None, d2t=None, group):
+        logits, _, _ = shard_tokens(hidden, weight, bias, layout, scale, soft_cap, d2t, sampling)
+        draft, target_vocab = gathered_logits(logits, layout, group, d2t)
+
+        def answer():
+            full, mapped = target_logits(draft, d2t, target_vocab)
+            x, greedy = scaled(full, sampling), sampling.greedy
+            kept = mask(x, sampling) & mapped
+            fair = has_probabilities(x, kept) & ~greedy
+            generator = torch.Generator(device=draft.device).manual_seed(int(sampling.seed.sum()) % 2**62)
+            weights = torch.where(fair.unsqueeze(1), masses(x, kept), 1.0).float()
+            drawn = torch.multinomial(weights, 1, generator=generator)[:, 0]
+            only = support_mask(x, kept).int().argmax(dim=1)  # the one token a row without probabilities draws
+            argmax = tokens_from_draft_logits(draft, d2t, target_vocab)
+            tokens = torch.where(greedy, argmax, torch.where(fair, drawn, only))
+            ids = torch.arange(x.shape[1], device=x.device)
+            kept = torch.where(greedy.unsqueeze(1), ids == tokens.unsqueeze(1), kept)
+            return tokens, log_probs(full, x, kept, tokens, greedy).float(), torch.where(kept, ids, -1)
+
+        width = draft.shape[1] if target_vocab is None else target_vocab
+        return (*from_rank_0(group, answer, draft.shape[0], width, draft.device), ())
+
+    impl.__name__ = impl.__qualname__ = name
+    impl.__doc__ = doc
+    impl.noise_key = "torch.multinomial per step"
+    return impl
+
+
+multinomial_over_kept = _multinomial(
+    "multinomial_over_kept", "No bug: torch.multinomial over the classic kept set (its own randomness).", kept_mask
+)
+multinomial_top_p_skipped = _multinomial(
+    "multinomial_top_p_skipped",
+    "torch.multinomial over top-k's set: top-p never applied (its own randomness).",
+    lambda x, s: top_k_mask(x, s.top_k),
+)

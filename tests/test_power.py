@@ -51,6 +51,9 @@ CATCHES = [
     (eq.test_token_exact, "ids_in_bf16", "id carried in bfloat16"),
     (eq.test_token_exact, "off_by_one_at_shard_start", "global id off by one"),
     (eq.test_token_exact, "softcap_after_choosing", "[soft cap not applied before choosing"),
+    # issue 50: the bias, a stage the generic "chose a non-maximal logit" used to hide
+    (eq.test_token_exact, "bias_skipped_on_added", f"[{faults.BIAS_SKIPPED}: left off the added ids]"),
+    (eq.test_token_exact, "bias_skipped", f"[{faults.BIAS_SKIPPED}: left off every id]"),
     (eq.test_token_exact, "key_without_zero_canon", "[signed zero:"),
     (eq.test_token_exact, "key_without_nan_canon", "[NaN not treated as the maximum"),
     (eq.test_token_exact, "d2t_skipped", "[d2t mapping skipped"),

@@ -147,8 +147,9 @@ NEW = (
         "first, and `gumbel_noised_argmax` divides by the temperature and takes `tl.max(..., return_indices=True)`, "
         "the first position among equal maxima. Where `logit / T` overflows (T = 1.0127e-39 on the failing row, "
         "bfloat16 logits), every positive candidate scores `+inf`, `+inf + noise` stays `+inf`, and the first "
-        "position wins: the largest logit, which looks like a greedy row (hence the suite's rule, 'temperature "
-        "below a threshold taken as greedy'; the walk has no threshold). The contract, and vLLM's `gumbel_sample` "
+        "position wins: the largest logit, which looks like a greedy row (the suite first named it 'temperature "
+        "below a threshold taken as greedy'; the walk has no threshold, and the rule is now the overflow's). The "
+        "contract, and vLLM's `gumbel_sample` "
         "on a full row (columns in id order), take the smallest id among the `+inf`. The same on 0.32.0.",
         failures=(f"{_I}test_sample_support-{_D}_corrected-gloo-e82073044e",),
         script=f"{PAGE}/vllm_dflash2_walk_inf_tie.py",

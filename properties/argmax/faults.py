@@ -22,6 +22,8 @@ SUBNORMALS = "subnormal logits flushed to zero before the reduction"
 TF32 = "float32 logits from a TF32 matmul: rule 1 computes them in full float32 (TF32 off)"
 NOT_ROUNDED = "logits not rounded to the head's dtype before the reduction"
 ADDED_UNCAPPED = "cap or scale not applied to the added rows"
+BIAS_SKIPPED = "bias not added before choosing: the chosen id wins only without it"
+ADDED_MASKED = "added ids left out of the reduction, as padding: the chosen id wins only without them"
 
 
 @dataclass(frozen=True)
@@ -30,13 +32,15 @@ class Fault:
     oracle's answer ``want``
     (None where the fault cannot change this case); ``rule`` names the fault, ``how`` completes "the chosen id is
     the first maximum of the logits ...", ``detail`` says which variant of the fault (after the rule), and
-    ``ties_only`` keeps it to choices among logits equal in the head's dtype."""
+    ``ties_only`` keeps it to choices among logits equal in the head's dtype, ``finite_ties`` keeps it from ties
+    of infinite logits (a value stage, such as the bias, can make one side finite, as can any tie order)."""
 
     rule: str
     how: str
     logits: Callable[[Answer, int], torch.Tensor | None]
     ties_only: bool = False
     detail: str = ""
+    finite_ties: bool = False  # on a tie, only between finite logits: an infinite tie's order is the tie rules' to name
 
     @property
     def named(self) -> str:
@@ -143,6 +147,31 @@ def _added_left(cap: bool, scale: bool) -> Callable[[Answer, int], torch.Tensor 
     return model
 
 
+def _without_bias(block: str) -> Callable[[Answer, int], torch.Tensor | None]:
+    """The row's logits as the classic path computes them (matmul, cap, scale, in the head's dtype) with the bias
+    left off ``block``: the added ids, the base ids, or every id."""
+
+    def model(want: Answer, row: int) -> torch.Tensor | None:
+        inputs = want.inputs
+        org, vocab = inputs.case.vocab, inputs.vocab
+        if inputs.bias is None or (block != "every" and org >= vocab):
+            return None
+        bare = F.linear(inputs.hidden[row : row + 1], inputs.weight[:vocab])[0]
+        bare = _capped(bare, inputs.case).to(want.draft_logits.dtype).to(want.draft_logits.device)
+        left = {"added": slice(org, vocab), "base": slice(0, org), "every": slice(0, vocab)}[block]
+        logits = want.draft_logits[row].clone()
+        logits[left] = bare[left]
+        return logits
+
+    return model
+
+
+def _added_masked(want: Answer, row: int) -> torch.Tensor | None:
+    """The base ids' logits alone: every added id ``-inf``, as padding is."""
+    org, logits = want.inputs.case.vocab, want.draft_logits[row]
+    return None if org >= want.inputs.vocab else torch.cat([logits[:org], torch.full_like(logits[org:], -torch.inf)])
+
+
 def _left_off(cap: bool, scale: bool) -> str:
     return " and ".join(what for what, off in (("the soft cap", cap), ("the scale", scale)) if off)
 
@@ -158,6 +187,13 @@ FAULTS = (
         )
         for cap, scale in ((True, True), (True, False), (False, True))
     ),
+    *(
+        Fault(
+            BIAS_SKIPPED, f"without the bias on {ids}", _without_bias(block), detail=f"left off {ids}", finite_ties=True
+        )
+        for block, ids in (("added", "the added ids"), ("base", "the base ids"), ("every", "every id"))
+    ),
+    Fault(ADDED_MASKED, "over the base ids alone", _added_masked, finite_ties=True),
     Fault(SUBNORMALS, "with subnormals flushed to zero", _flushed),
     Fault(TF32, "from a TF32 matmul", _tf32),
     # Where both explain a choice, a 16-bit head's float32 logits come before a missing cap (a fused float32
@@ -174,6 +210,8 @@ def explaining(want: Answer, row: int, chosen: int, tie: bool) -> Iterator[Fault
     first; ``tie``: the chosen logit equals the expected one in the head's dtype."""
     for fault in FAULTS:
         if fault.ties_only and not tie:
+            continue
+        if fault.finite_ties and tie and not bool(torch.isfinite(want.draft_logits[row, chosen])):
             continue
         model = fault.logits(want, row)
         if model is not None and int(torch.argmax(model)) == chosen:

@@ -30,7 +30,7 @@ from properties.failures import replay_backend
 from properties.repro import e2e_records
 from properties.repro.reader import FORMAT, read_record
 from properties.sampling import checks as sampling
-from properties.sampling import distribution, own_randomness
+from properties.sampling import distribution, exactness, own_randomness
 from properties.sampling import log_probs as sampling_log_probs
 from properties.sampling import support as sampling_support
 from sharded.impls import load_impl
@@ -120,8 +120,8 @@ TOP_K_CHECKS = {
     top_k.TOP_K_DETERMINISM: top_k.check_top_k_determinism,
 }
 SAMPLING_CHECKS = {
-    sampling.SAMPLE_EXACT: sampling.check_sample_exact,
-    sampling.SAMPLE_KEPT: sampling.check_kept_set,
+    sampling.SAMPLE_EXACT: exactness.check_sample_exact,
+    sampling.SAMPLE_KEPT: exactness.check_kept_set,
     sampling_log_probs.SAMPLE_LOG_PROBS: sampling_log_probs.check_log_probs,
     sampling_support.SAMPLE_SUPPORT: sampling_support.check_support,
 }

@@ -24,9 +24,8 @@ from properties.harness import coverage
 from properties.harness.runner import backend_tps
 from properties.oracle import answer
 from properties.sampling.experiments import name_fault
-from properties.sampling.faults import Observed, Prediction, Subject, tie_rule
+from properties.sampling.faults import Observed, Prediction, Subject
 from properties.sampling.params import params_of
-from properties.sampling.support_rules import GREEDY_WRONG, outside_rule, support
 from reference.sampling import (
     Noise,
     Sample,
@@ -234,97 +233,6 @@ def divergent(inputs: Inputs, params: SamplingParams, want: Sample, row: int, to
         return bool((answer(inputs).draft_logits[row] == -math.inf).all())
     x = scaled(answer(inputs).target_logits[0][row : row + 1], params.rows([row]).to("cpu"))[0]
     return bool((x[want.kept[row].cpu()] == -math.inf).all())
-
-
-def _row_lines(params: SamplingParams, row: int, want: int, got: int, kept: torch.Tensor) -> list[str]:
-    t, k, p = float(params.temperature[row]), int(params.top_k[row]), float(params.top_p[row])
-    where = lambda tok: "kept" if tok < kept.shape[1] and bool(kept[row, tok]) else "masked"  # noqa: E731
-    return [
-        f"row {row}: temperature {t:g}, top_k {k}, top_p {p!r}, seed {int(params.seed[row])}",
-        f"row {row}: expected {want} ({where(want)}), got {got} ({where(got)})",
-    ]
-
-
-def check_sample_exact(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
-    with repro_extra(sampling=plan_fields(plan)):
-        drawn, params = run_sampler(impl, inputs, plan, SAMPLE_EXACT)
-        noise = noise_of(impl)
-        want = oracle_sample(inputs, params, noise)
-        tokens, expected = drawn.tokens.cpu(), want.tokens.cpu()
-        wrong = []
-        for row in (tokens != expected).nonzero().flatten().tolist():
-            if divergent(inputs, params, want, row, int(tokens[row])):
-                if currently_in_test_context():
-                    event("named divergence: all -inf row with d2t, sampled")
-            else:
-                wrong.append(row)
-        if not wrong:
-            return
-        row, got = wrong[0], int(tokens[wrong[0]])
-        judged = [r for r in range(inputs.case.batch) if r in wrong or int(tokens[r]) == int(expected[r])]
-        rule = non_token_rule(inputs, got) or name_fault(
-            inputs,
-            params,
-            subject_of(impl, inputs, SAMPLE_EXACT),
-            observed(inputs, params, drawn),
-            judged,
-            same_token,
-        )
-        rule = rule or tie_rule(inputs, params, noise, [row], tokens, want)  # as the fallbacks: the row shown
-        allowed = support(inputs, params) | boundary(inputs, params.to("cpu"))
-        if rule is None and not (0 <= got < allowed.shape[1] and bool(allowed[row, got])):
-            rule = outside_rule(inputs, params, row, got)  # a token no noise draws: named by what drops it
-        if rule is None:
-            rule = GREEDY_WRONG if bool(params.greedy[row]) else SAMPLE_WRONG
-        lines = _row_lines(params.to("cpu"), row, int(expected[row]), got, want.kept.cpu())
-        fail(rule, lines, impl, inputs, SAMPLE_EXACT)
-
-
-def check_kept_set(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
-    """The kept ids of every sampled row are the classic kept set's, but for tokens within rounding of top-p's
-    boundary (:func:`top_p_slack`).  A sampler that reports no kept set (``None``) is judged by its tokens only."""
-    with repro_extra(sampling=plan_fields(plan)):
-        drawn, params = run_sampler(impl, inputs, plan, SAMPLE_KEPT)
-        if drawn.kept is None:
-            if currently_in_test_context():
-                event("kept set not reported")
-            return
-        noise = noise_of(impl)
-        want = oracle_sample(inputs, params, noise)
-        classic, seen = want.kept.cpu(), observed(inputs, params, drawn)
-        ids = drawn.kept.cpu()
-        outside = ids[ids >= classic.shape[1]]
-        if outside.numel():
-            fail(f"kept set holds id {int(outside[0])} beyond the target vocabulary", [], impl, inputs, SAMPLE_KEPT)
-        batch = range(inputs.case.batch)
-        judged = [r for r in batch if not divergent(inputs, params, want, r, int(seen.tokens[r]))]
-        differ = (seen.kept != classic) & ~seen.loose
-        wrong = [r for r in judged if bool(differ[r].any())]
-        if not wrong:
-            return
-        row, got = wrong[0], seen.kept[wrong[0]]
-        rule = name_fault(
-            inputs,
-            params,
-            subject_of(impl, inputs, SAMPLE_KEPT),
-            seen,
-            judged,
-            same_kept,
-        )
-        if rule is None and all(bool(params.greedy[r]) for r in wrong):  # a greedy row keeps its token alone
-            rule = tie_rule(inputs, params, noise, wrong, seen.tokens, want)
-        params = params.to("cpu")
-        missing, extra = (
-            (classic[row] & ~got & differ[row]).nonzero().flatten(),
-            (got & ~classic[row] & differ[row]).nonzero(),
-        )
-        lines = [
-            f"row {row}: temperature {float(params.temperature[row]):g}, top_k {int(params.top_k[row])}, "
-            f"top_p {float(params.top_p[row])!r}",
-            f"row {row}: {len(missing)} kept id(s) missing (first {missing[:5].tolist()}), "
-            f"{len(extra)} dropped id(s) kept (first {extra.flatten()[:5].tolist()})",
-        ]
-        fail(rule or "kept set differs from the classic top-k and top-p", lines, impl, inputs, SAMPLE_KEPT)
 
 
 def boundary(inputs: Inputs, params: SamplingParams) -> torch.Tensor:

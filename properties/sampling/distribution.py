@@ -140,10 +140,10 @@ def backend_of(impl: Impl) -> str:
     return "gloo" if impl.process_bound else "sim"
 
 
-def expected(inputs: Inputs, dist: DistributionCase) -> torch.Tensor:
+def expected(inputs: Inputs, dist: DistributionCase, params: SamplingParams | None = None) -> torch.Tensor:
     """float64 ``[V_target]``: the judged row's classic distribution, softmax(logits / T) over the kept set, or the
-    one token a row without probabilities (a NaN, a ``+inf``) always draws."""
-    _, params = draw_params(dist, range(1), False)
+    one token a row without probabilities (a NaN, a ``+inf``) always draws; with ``params`` (one row), at those."""
+    params = params if params is not None else draw_params(dist, range(1), False)[1]
     one = inputs.with_rows([dist.row])
     full, mapped = answer(one).target_logits
     x = scaled(full, params)
@@ -152,6 +152,40 @@ def expected(inputs: Inputs, dist: DistributionCase) -> torch.Tensor:
         return support_mask(x, kept)[0].double()
     e = masses(x, kept)[0]
     return e / e.sum()
+
+
+def _alternatives(dist: DistributionCase) -> list[tuple[str, SamplingParams]]:
+    """What else the row might have been drawn with: another temperature (1, or a batchmate's), a mask off or
+    one token wider: the parameters a misapplied stage would have used, each named."""
+    _, params = draw_params(dist, range(1), False)
+    t, k, p = dist.temperature, dist.top_k, dist.top_p
+    tried = [(f"T = {other:g}", dict(temperature=other)) for other in sorted({1.0, *(m[1] for m in dist.mates)} - {t})]
+    if k > 0:
+        tried += [("top-k off", dict(top_k=0)), (f"top-k {k + 1}", dict(top_k=k + 1))]
+    if p < 1:
+        tried.append(("top-p off", dict(top_p=1.0)))
+    if k > 0 and p < 1:
+        tried.append(("both masks off", dict(top_k=0, top_p=1.0)))
+    named = []
+    for name, change in tried:
+        t1, k1, p1 = change.get("temperature", t), change.get("top_k", k), change.get("top_p", p)
+        named.append((name, SamplingParams(torch.tensor([t1]), torch.tensor([k1]), torch.tensor([p1]), params.seed,
+                                           params.candidates, params.vocab)))  # fmt: skip
+    return named
+
+
+def _fits(inputs: Inputs, dist: DistributionCase, counts: torch.Tensor) -> list[str]:
+    """The alternatives (:func:`_alternatives`) under which the draws would pass, with their p-values."""
+    found = []
+    for name, params in _alternatives(dist):
+        probs = expected(inputs, dist, params)
+        if bool((counts[probs == 0] > 0).any()):
+            continue  # a token it never draws was drawn
+        ids = probs.nonzero().flatten().tolist()
+        _, _, log_p = chi_square([int(counts[i]) for i in ids], [float(probs[i]) * int(counts.sum()) for i in ids])
+        if log_p >= math.log(FALSE_ALARM):
+            found.append(f"{name} (p = {math.exp(log_p):.3g})")
+    return found
 
 
 def judge(impl: Impl, inputs: Inputs, dist: DistributionCase, tokens: torch.Tensor, prop: str) -> list[str]:
@@ -171,10 +205,17 @@ def judge(impl: Impl, inputs: Inputs, dist: DistributionCase, tokens: torch.Tens
     if log_p >= math.log(FALSE_ALARM):
         return []
     worst = sorted(range(len(ids)), key=lambda j: -abs(observed[j] - want[j]))[:3]
+    tried, fits = [n for n, _ in _alternatives(dist)], _fits(inputs, dist, counts)
+    fit = f"the draws fit {' or '.join(fits)}" if fits else f"the draws fit no other T or kept set ({', '.join(tried)})"
     return [
         f"{len(tokens)} draws, {len(ids)} kept tokens: chi-square {stat:.1f} on {df} degrees of freedom, "
         f"p = {math.exp(log_p):.3g}",
-        *(f"token {ids[j]}: drawn {observed[j]} times, expected {want[j]:.1f}" for j in worst),
+        *(
+            f"token {ids[j]}: drawn {observed[j]} times, expected {want[j]:.1f} (its share of the kept mass "
+            f"{float(probs[ids[j]]):.4g})"
+            for j in worst
+        ),
+        *([fit] if tried else []),
     ]
 
 

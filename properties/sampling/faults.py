@@ -18,6 +18,7 @@ import torch
 from properties.argmax.diagnosis import NAN_NOT_MAX, TIE_BY_RANK, draft_targets
 from properties.cases.case import Inputs
 from properties.oracle import answer
+from properties.sampling.support_rules import row_overflowed
 from reference.sampling import (
     Noise,
     Sample,
@@ -38,6 +39,7 @@ NOISE_BY_POSITION = "noise keyed by candidate position (rank, then place by x), 
 TEMPERATURE_AFTER_NOISE = "temperature applied after the noise: (logit + noise) / T"
 TEMPERATURE_THRESHOLD = "temperature below a threshold taken as greedy: a sampled row drew the argmax"
 X_IN_HEAD_DTYPE = "logits / T computed in the head's dtype, then widened: x must be float32(logit) / T"
+X_IN_FLOAT64 = "logits / T and the scores computed in float64: x must be float32, rounding and overflowing as float32"
 NOISE_BEFORE_MASKS = "noise added before the masks: top-k and top-p chose on noised logits"
 TOP_K_TIES_DROPPED = "top-k dropped tokens tied at the k-th value"
 TOP_P_AT_OR_BELOW = "top-p kept a token whose mass above is exactly p of the kept mass: <= instead of <"
@@ -67,6 +69,7 @@ class Variant:
     temperature_after_noise: bool = False
     greedy_below: float = 0.0  # rows with 0 < T < this are greedy; math.inf: to be fitted to the sampler's rows
     x_in_dtype: bool = False  # x = logit / T in the head's dtype, widened afterwards
+    x_in_float64: bool = False  # x = logit / T, its masks and its scores in float64: no float32 rounding or overflow
     noise_before_masks: bool = False
     exact_k: bool = False  # top-k keeps exactly k, by id on ties
     top_p: str = "<"  # "<=": keeps a token whose mass above is p; "split ids up"/"split ids down": token by token
@@ -85,6 +88,7 @@ MODELS: tuple[tuple[str, Variant], ...] = (
     (GREEDY_SAMPLED, Variant(greedy_sampled=True)),
     (TEMPERATURE_THRESHOLD, Variant(greedy_below=FITTED)),
     (X_IN_HEAD_DTYPE, Variant(x_in_dtype=True)),
+    (X_IN_FLOAT64, Variant(x_in_float64=True)),
     (NOISE_BY_DRAFT_ID, Variant(key="draft")),
     (NOISE_BY_COLUMN, Variant(key="column")),
     (NOISE_BY_POSITION, Variant(key="position")),
@@ -212,6 +216,8 @@ def variant_sample(inputs: Inputs, params: SamplingParams, noise: Noise, variant
     if variant.x_in_dtype:
         t = torch.where(params.greedy, 1.0, params.temperature).unsqueeze(1)
         x = (full / t.to(full.dtype)).float()
+    if variant.x_in_float64:
+        x = full.double() / torch.where(params.greedy, 1.0, params.temperature).double().unsqueeze(1)
     g = noise(params.seed, noise_keys(inputs, variant.key, x)).cpu()
     chosen_on = x + g if variant.noise_before_masks else x
     pool = mapped.expand_as(x)
@@ -322,15 +328,28 @@ def instances(variant: Variant, params: SamplingParams) -> list[Variant]:
     return [replace(variant, greedy_below=float(t)) for t in above]
 
 
-def _claim(variant: Variant, inputs: Inputs, params: SamplingParams, seen: Observed, classic: Prediction, rows) -> bool:
-    """A skipped mask's claim: the first judged row whose token is not the classic one's holds a token outside that
-    mask (top-p: inside top-k).  A run with no wrong token claims nothing."""
-    if not variant.skip:
-        return True
-    wrong = [r for r in rows if int(seen.tokens[r]) != int(classic.tokens[r])]
+def _claim(
+    variant: Variant, inputs: Inputs, params: SamplingParams, seen: Observed, classic: Prediction, wrong: list[int]
+) -> bool:
+    """What a model must show beyond reproducing the run, on the rows the classic sampler gets wrong (``wrong``; a
+    run with none claims nothing):
+
+    * a skipped mask: the first wrong row whose token is not the classic one's holds a token outside that mask
+      (top-p: inside top-k);
+    * a greedy threshold, or ``x`` in float64: some wrong row (below the threshold) has an ``x`` that did not
+      overflow.  Where ``logit / T`` overflows on several tokens, a sampler that draws the largest logit looks taken
+      as greedy, or as one whose ``x`` never overflows, but all that shows is the overflow's tie
+      (:data:`properties.sampling.support_rules.OVERFLOW_TIE`): only a row without it tells them apart.
+    """
     if not wrong:
         return True
-    row, token = wrong[0], int(seen.tokens[wrong[0]])
+    if variant.greedy_below or variant.x_in_float64:
+        below = [r for r in wrong if float(params.temperature[r]) < (variant.greedy_below or math.inf)]
+        return any(not bool(params.greedy[r]) and not row_overflowed(inputs, params, r) for r in below)
+    tokens = [r for r in wrong if int(seen.tokens[r]) != int(classic.tokens[r])]
+    if not variant.skip or not tokens:
+        return True
+    row, token = tokens[0], int(seen.tokens[tokens[0]])
     cpu = params.to("cpu")
     by_k = top_k_mask(scaled(answer(inputs).target_logits[0], cpu), cpu.top_k)[row]
     return 0 <= token < by_k.numel() and bool(by_k[token]) == (variant.skip == "top_p")
@@ -354,7 +373,7 @@ def candidates(
             if lead is not None and not agrees(variant_sample(lead[0], lead[1], subject.noise, variant), lead[2], 0):
                 continue
             prediction = variant_sample(inputs, params, subject.noise, variant)
-            if all(agrees(prediction, seen, r) for r in rows) and _claim(variant, inputs, params, seen, classic, rows):
+            if all(agrees(prediction, seen, r) for r in rows) and _claim(variant, inputs, params, seen, classic, wrong):
                 found.append((rule, variant))
                 break
     return found

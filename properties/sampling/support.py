@@ -14,8 +14,19 @@ from hypothesis.control import currently_in_test_context
 from properties.cases.case import Inputs
 from properties.cases.plans import SamplePlan, plan_fields
 from properties.failures import fail, repro_extra
-from properties.sampling.checks import Drawn, boundary, divergent, noise_key_of, noise_of, oracle_sample, run_sampler
-from properties.sampling.support_rules import outside_rule, support
+from properties.sampling.checks import (
+    Drawn,
+    boundary,
+    divergent,
+    noise_key_of,
+    noise_of,
+    oracle_sample,
+    run_sampler,
+    token_noise,
+)
+from properties.sampling.exactness import row_rule
+from properties.sampling.row_evidence import alone_rule, outside_named
+from properties.sampling.support_rules import support
 from reference.sampling import SamplingParams
 from sharded.impls import Impl
 
@@ -42,8 +53,22 @@ def check_support(impl: Impl, inputs: Inputs, plan: SamplePlan) -> tuple[Drawn, 
                 f"row {row}: got {token}; the support holds {allowed[row].sum()} id(s), "
                 f"first {allowed[row].nonzero().flatten()[:5].tolist()}",
             ]
-            fail(outside_rule(inputs, params, row, token), lines, impl, inputs, SAMPLE_SUPPORT)
+            if token_noise(impl):  # named as exactness names it: the symptom must not hide the fault behind it
+                judged = [r for r in range(len(tokens)) if not divergent(inputs, params, want, r, int(tokens[r]))]
+                rule = row_rule(impl, inputs, params, drawn, want, row, judged, SAMPLE_SUPPORT)
+            else:
+                rule = alone_rule(impl, inputs, params, row, SAMPLE_SUPPORT, _inside) or outside_named(
+                    impl, inputs, params, drawn, row, token, SAMPLE_SUPPORT
+                )
+            fail(rule, lines, impl, inputs, SAMPLE_SUPPORT)
         return drawn, params
+
+
+def _inside(inputs: Inputs, params: SamplingParams, drawn: Drawn) -> bool:
+    """Whether the one row of ``inputs`` may draw the token it drew."""
+    token = int(drawn.tokens.cpu()[0])
+    allowed = support(inputs, params) | boundary(inputs, params.to("cpu"))
+    return 0 <= token < allowed.shape[1] and bool(allowed[0, token])
 
 
 def check_named_divergence(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
