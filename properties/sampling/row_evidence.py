@@ -34,16 +34,25 @@ def _rerun(impl: Impl, inputs: Inputs, params: SamplingParams, prop: str) -> Dra
         return None
 
 
+def _kept_differs(
+    inputs: Inputs, params: SamplingParams, kept_ids: torch.Tensor, row: int
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``row``'s reported kept set (bool ``[V]``) and top-p's rounding slack there, where the set differs from the
+    classic kept set outside that slack; None where it does not."""
+    full, mapped = answer(inputs).target_logits
+    cpu = params.to("cpu")
+    x = scaled(full[row : row + 1].cpu(), cpu.rows([row]))
+    classic = (kept_mask(x, cpu.rows([row])) & mapped.cpu())[0]
+    got = kept_masks(kept_ids[row : row + 1], x.shape[1])[0]
+    loose = boundary(inputs, cpu)[row]
+    return (got, loose) if bool(((got != classic) & ~loose).any()) else None
+
+
 def _kept_right(inputs: Inputs, params: SamplingParams, drawn: Drawn) -> bool:
     """Whether the one row of ``inputs`` reports the classic kept set (top-p's slack aside)."""
     if drawn.kept is None:
         return False
-    full, mapped = answer(inputs).target_logits
-    cpu = params.to("cpu")
-    x = scaled(full.cpu(), cpu)
-    classic = (kept_mask(x, cpu) & mapped.cpu())[0]
-    got = kept_masks(drawn.kept[:1], x.shape[1])[0]
-    return bool(cpu.greedy[0]) or not bool(((got != classic) & ~boundary(inputs, cpu)[0]).any())
+    return bool(params.greedy[0]) or _kept_differs(inputs, params, drawn.kept, 0) is None
 
 
 def alone_rule(
@@ -95,15 +104,8 @@ def reported_stage(impl: Impl, inputs: Inputs, params: SamplingParams, drawn: Dr
     classic kept set on ``row`` (tokens within top-p's rounding slack aside); else None."""
     if drawn.kept is None or bool(params.greedy[row]):
         return None
-    full, mapped = answer(inputs).target_logits
-    cpu = params.to("cpu").rows([row])
-    x = scaled(full[row : row + 1].cpu(), cpu)
-    classic = (kept_mask(x, cpu) & mapped.cpu())[0]
-    got = kept_masks(drawn.kept[row : row + 1], x.shape[1])[0]
-    loose = boundary(inputs, params.to("cpu"))[row]
-    if not bool(((got != classic) & ~loose).any()):
-        return None
-    return kept_rule(impl, inputs, params, row, got, loose, prop)
+    differs = _kept_differs(inputs, params, drawn.kept, row)
+    return None if differs is None else kept_rule(impl, inputs, params, row, *differs, prop)
 
 
 def top_k_experiment(impl: Impl, inputs: Inputs, params: SamplingParams, row: int, prop: str) -> str | None:
