@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import os
 import subprocess
 import sys
 import tempfile
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -124,6 +126,35 @@ def broken_spec(name: str) -> str:
     return next(f"{m}:{name}" for m in BROKEN if hasattr(importlib.import_module(m), name))
 
 
+class _Found(BaseException):
+    """A property's first failure, past Hypothesis: a BaseException ends the search at once, without the replay of
+    the failing example (the implementation, the oracle and the diagnosis run again) that reports it."""
+
+
+@contextmanager
+def _first_failure_ends_the_run(prop) -> Iterator[None]:
+    """While inside, Hypothesis test ``prop`` raises :class:`_Found` at its first failure (Hypothesis calls the
+    test it wraps through ``prop.hypothesis.inner_test``, there to be wrapped)."""
+    handle = getattr(prop, "hypothesis", None)
+    if handle is None:
+        yield
+        return
+    inner = handle.inner_test
+
+    @functools.wraps(inner)
+    def ends(*args, **kwargs):
+        try:
+            return inner(*args, **kwargs)
+        except AssertionError as exc:
+            raise _Found(str(exc)) from exc
+
+    handle.inner_test = ends
+    try:
+        yield
+    finally:
+        handle.inner_test = inner
+
+
 def failure(prop, impl: str | Impl, budget: settings = FIND_ONLY) -> str:
     """Run ``prop`` as the suite would, on the simulated group, against ``impl`` (a broken implementation's name, a
     spec or an :class:`Impl`); the message it failed with, or ''."""
@@ -136,9 +167,13 @@ def failure(prop, impl: str | Impl, budget: settings = FIND_ONLY) -> str:
         given["sampling_impl"] = broken if "sampling" in wants else given["sampling_impl"]
     given["request"] = SimpleNamespace(node=SimpleNamespace(user_properties=[]))  # the d2t findings' sink
     try:
-        with running_with(prop, budget) if hasattr(prop, "hypothesis") else nullcontext(), backend_budget(prop, "sim"):
+        with (
+            running_with(prop, budget) if hasattr(prop, "hypothesis") else nullcontext(),
+            backend_budget(prop, "sim"),
+            _first_failure_ends_the_run(prop),
+        ):
             prop(**{name: given[name] for name in inspect.signature(prop).parameters})
-    except (AssertionError, ImplementationHung) as exc:
+    except (AssertionError, ImplementationHung, _Found) as exc:
         return str(exc)
     return ""
 

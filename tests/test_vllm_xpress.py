@@ -8,7 +8,6 @@ hold no NaN: there ``tl.max``/``tl.argmax`` are NumPy's ``nanmax``/``nanargmax``
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +17,7 @@ import torch
 
 from engines.vllm import xpress_argmax as xpress
 from sharded.impls import Impl, runnable
+from tests.suite import run
 
 PROJECT = Path(__file__).resolve().parent.parent
 REASON = xpress.why_unavailable()
@@ -78,8 +78,8 @@ def _matches_the_oracle(name: str, fields: dict) -> None:
 
 def test_the_module_imports_without_vllm_or_triton():
     code = "import sys, engines.vllm.xpress_argmax; print(sorted({'vllm', 'triton'} & set(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=PROJECT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    out = run([sys.executable, "-c", code])  # forked from a process that imported torch (neither, as a fresh one)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("name", sorted(SUBJECTS))
