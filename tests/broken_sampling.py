@@ -442,14 +442,23 @@ def _every_16(seeds: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 noise_repeats_every_16_ids = gumbel_pairs_with(_every_16, "noise_repeats_every_16_ids")
 
 
-def _multinomial(name: str, doc: str, mask: Callable[[torch.Tensor, SamplingParams], torch.Tensor]):
+def _multinomial(
+    name: str,
+    doc: str,
+    mask: Callable[[torch.Tensor, SamplingParams], torch.Tensor],
+    reports_kept: bool = True,
+    greedy_below: float = 0.0,
+):
     """A sampler with its own randomness: ``torch.multinomial`` over the gathered row's softmax on ``mask``'s kept
     set, from one ``torch.Generator`` per step (seeded by the batch's seeds), so no token noise can declare it.  A
     row without probabilities (a NaN, a ``+inf``, all ``-inf``) takes the one token its support holds, a greedy row
-    its argmax; it reports the kept set and the log-probabilities at its token."""
+    its argmax (and so a row whose temperature lies below ``greedy_below``); it reports the log-probabilities at its
+    token, and the kept set where ``reports_kept``."""
 
     def impl(hidden, weight, bias, layout, *, sampling, scale=1.0, soft_cap=None, d2t=None, group):
         logits, _, _ = shard_tokens(hidden, weight, bias, layout, scale, soft_cap, d2t, sampling)
+        t = sampling.temperature
+        sampling = replace(sampling, temperature=t.masked_fill(t < greedy_below, 0.0))
         draft, target_vocab = gathered_logits(logits, layout, group, d2t)
 
         def answer():
@@ -468,7 +477,8 @@ def _multinomial(name: str, doc: str, mask: Callable[[torch.Tensor, SamplingPara
             return tokens, log_probs(full, x, kept, tokens, greedy).float(), torch.where(kept, ids, -1)
 
         width = draft.shape[1] if target_vocab is None else target_vocab
-        return (*from_rank_0(group, answer, draft.shape[0], width, draft.device), ())
+        tokens, log_probs_, kept = from_rank_0(group, answer, draft.shape[0], width, draft.device)
+        return tokens, log_probs_, kept if reports_kept else None, ()
 
     impl.__name__ = impl.__qualname__ = name
     impl.__doc__ = doc
@@ -483,4 +493,22 @@ multinomial_top_p_skipped = _multinomial(
     "multinomial_top_p_skipped",
     "torch.multinomial over top-k's set: top-p never applied (its own randomness).",
     lambda x, s: top_k_mask(x, s.top_k),
+)
+multinomial_top_p_skipped_unreported = _multinomial(
+    "multinomial_top_p_skipped_unreported",
+    "torch.multinomial over top-k's set: top-p never applied (its own randomness); no kept set reported, so only "
+    "its draws show the mask it skips.",
+    lambda x, s: top_k_mask(x, s.top_k),
+    reports_kept=False,
+)
+multinomial_greedy_below_1e_2 = _multinomial(
+    "multinomial_greedy_below_1e_2",
+    "torch.multinomial over the classic kept set, but a temperature below 1e-2 taken as greedy (its own randomness).",
+    kept_mask,
+    greedy_below=1e-2,
+)
+multinomial_top_k_skipped = _multinomial(
+    "multinomial_top_k_skipped",
+    "torch.multinomial over top-p's nucleus of every token: top-k never applied (its own randomness).",
+    lambda x, s: top_p_mask(x, torch.ones_like(x, dtype=torch.bool), s.top_p),
 )

@@ -13,8 +13,8 @@ from properties.cases.tensors import SWITCH
 from properties.harness.runner import prepare
 from properties.oracle import answer
 from properties.sampling.checks import oracle_sample
-from properties.sampling.faults import Variant, _top_p, variant_sample
 from properties.sampling.params import sampling_params
+from properties.sampling.variants import Variant, _top_p, variant_sample
 from reference.sampling import SamplingParams, classic_sample, gumbel_noise, masses, scaled, top_k_mask, top_p_margin
 
 TIES = Case(batch=16, hidden=6, vocab=200, tp=2, ties=("within_shard", "across_ranks"), seed=22, spread=True)

@@ -168,7 +168,7 @@ def test_a_candidate_fault_is_named_only_for_a_sampler_that_declares_candidates(
 # issue 50: each stage of the pipeline broken on its own, named for that stage (or its fault) in every property that
 # fails on it: exactness, the support, the kept set, the log-probabilities (None: that property passes on it)
 STAGE_PROPERTIES = (ts.test_sample_exact, ts.test_sample_support, ts.test_kept_set, ts.test_sample_log_probs)
-OWN_KEPT = "processed log-probability over its own kept set: "
+OWN_KEPT, LP = "processed log-probability over its own kept set: ", "processed log-probability: "
 K, P = stages.KEPT_AFTER_TOP_K, stages.KEPT_AFTER_TOP_P
 STAGED = {
     "x_in_float64": (faults.X_IN_FLOAT64, support.OVERFLOW_TIE, stages.KEPT_OVERFLOW, stages.LOG_PROB_OVERFLOW),
@@ -182,7 +182,17 @@ STAGED = {
         stages.LOG_PROB_AT.format(kind="raw", where="the draft id (before d2t)"),
     ),
     "processed_is_raw": (None, None, None, stages.LOG_PROB_IS.format(kind="processed", what=stages.RAW)),
-    "multinomial_top_p_skipped": (P, P, P, OWN_KEPT + P),  # its own randomness: exactness is the support there
+    # its own randomness (exactness is the support there): named by the model whose support holds every draw and
+    # whose kept set and log-probabilities at the drawn token are the sampler's, in every experiment
+    **{
+        broken: (rule, rule, None if "unreported" in broken else rule, LP + rule)
+        for broken, rule in (
+            ("multinomial_top_p_skipped", faults.TOP_P_SKIPPED),
+            ("multinomial_top_p_skipped_unreported", faults.TOP_P_SKIPPED),
+            ("multinomial_top_k_skipped", faults.TOP_K_SKIPPED),
+            ("multinomial_greedy_below_1e_2", faults.TEMPERATURE_THRESHOLD),
+        )
+    },
     # the support property names what token-exactness names, where the noise is declared
     **{
         broken: (None, rule, None, None)

@@ -24,8 +24,9 @@ from properties.harness import coverage
 from properties.harness.runner import backend_tps
 from properties.oracle import answer
 from properties.sampling.experiments import name_fault
-from properties.sampling.faults import Observed, Prediction, Subject
+from properties.sampling.faults import Agrees, Observed, Subject
 from properties.sampling.params import params_of
+from properties.sampling.variants import Prediction
 from reference.sampling import (
     Noise,
     Sample,
@@ -206,7 +207,7 @@ def subject_of(impl: Impl, inputs: Inputs, prop: str) -> Subject:
         except (PropertyFailure, ImplementationHung):  # a run that fails confirms nothing
             return None
 
-    return Subject(noise_of(impl), masks_of(impl), draws_from_candidates(impl), rerun)
+    return Subject(noise_of(impl), masks_of(impl), draws_from_candidates(impl), rerun, not token_noise(impl))
 
 
 def same_token(prediction: Prediction, seen: Observed, row: int) -> bool:
@@ -221,6 +222,22 @@ def same_kept(prediction: Prediction, seen: Observed, row: int) -> bool:
     if not same_token(prediction, seen, row):
         return False
     return seen.kept is None or not bool(((prediction.kept[row] != seen.kept[row]) & ~seen.loose[row]).any())
+
+
+def in_support(prediction: Prediction, seen: Observed, row: int) -> bool:
+    """For a sampler with its own randomness, whose tokens no model can predict: the row's token is one the model
+    draws for some noise (or lies within top-p's slack), and the kept set it reports is the model's (slack aside)."""
+    token = int(seen.tokens[row])
+    if not 0 <= token < seen.loose.shape[1]:
+        return False
+    if not (bool(prediction.support[row, token]) or bool(seen.loose[row, token])):
+        return False
+    return seen.kept is None or not bool(((prediction.kept[row] != seen.kept[row]) & ~seen.loose[row]).any())
+
+
+def agreement(impl: Impl, same: Agrees, own: Agrees = in_support) -> Agrees:
+    """How a model must reproduce ``impl``'s rows: by ``same`` where the oracle draws its noise, else by ``own``."""
+    return same if token_noise(impl) else own
 
 
 def divergent(inputs: Inputs, params: SamplingParams, want: Sample, row: int, token: int) -> bool:

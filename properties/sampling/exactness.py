@@ -22,6 +22,7 @@ from properties.sampling.checks import (
     SAMPLE_KEPT,
     SAMPLE_WRONG,
     Drawn,
+    agreement,
     boundary,
     divergent,
     noise_of,
@@ -133,14 +134,8 @@ def check_kept_set(impl: Impl, inputs: Inputs, plan: SamplePlan) -> None:
         if not wrong:
             return
         row, got = wrong[0], seen.kept[wrong[0]]
-        rule = name_fault(
-            inputs,
-            params,
-            subject_of(impl, inputs, SAMPLE_KEPT),
-            seen,
-            judged,
-            same_kept,
-        )
+        subject = subject_of(impl, inputs, SAMPLE_KEPT)
+        rule = name_fault(inputs, params, subject, seen, judged, agreement(impl, same_kept))
         if rule is None and all(bool(params.greedy[r]) for r in wrong):  # a greedy row keeps its token alone
             rule = tie_rule(inputs, params, noise, wrong, seen.tokens, want)
         params = params.to("cpu")

@@ -24,7 +24,8 @@ from dataclasses import replace
 import torch
 
 from properties.cases.case import Inputs
-from properties.sampling.faults import Agrees, Observed, Subject, Variant, candidates, variant_sample
+from properties.sampling.faults import Agrees, Observed, Subject, candidates
+from properties.sampling.variants import Variant, variant_sample
 from reference.sampling import SamplingParams
 
 # other seeds: each row's seed XOR one of these (distinct seeds stay distinct; each below 2**63, an int64 as is)

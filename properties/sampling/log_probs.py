@@ -15,7 +15,9 @@ from properties.failures import fail, repro_extra
 from properties.oracle import answer
 from properties.sampling.checks import (
     Drawn,
+    agreement,
     boundary,
+    in_support,
     kept_masks,
     noise_of,
     observed,
@@ -24,9 +26,10 @@ from properties.sampling.checks import (
     subject_of,
 )
 from properties.sampling.experiments import name_fault
-from properties.sampling.faults import PER_SHARD, Observed, Prediction
-from properties.sampling.row_evidence import alone_rule, kept_rule
+from properties.sampling.faults import PER_SHARD, Observed
+from properties.sampling.row_evidence import alone_rule, kept_rule, own_model
 from properties.sampling.stages import log_prob_stage
+from properties.sampling.variants import Prediction
 from reference.sampling import SamplingParams, log_probs, scaled
 from sharded.impls import Impl
 
@@ -62,6 +65,18 @@ def same_log_probs(prediction: Prediction, seen: Observed, row: int) -> bool:
     mine = seen.logits[row : row + 1]
     size = _magnitudes(mine, scaled(mine, seen.params.rows([row])), prediction.log_probs[row : row + 1])[0]
     return bool((ulps_apart(seen.log_probs[row], prediction.log_probs[row], size) <= LOG_PROB_ULPS).all())
+
+
+def own_log_probs(prediction: Prediction, seen: Observed, row: int) -> bool:
+    """:func:`same_log_probs` for a sampler with its own randomness: the row's token in the model's support, its
+    kept set the model's (:func:`in_support`), and both log-probabilities the model's at that token."""
+    if not in_support(prediction, seen, row) or seen.log_probs is None:
+        return in_support(prediction, seen, row)
+    cut = slice(row, row + 1)
+    mine = seen.logits[cut]
+    want = log_probs(mine, prediction.x[cut], prediction.kept[cut], seen.tokens[cut], prediction.greedy[cut])
+    size = _magnitudes(mine, scaled(mine, seen.params.rows([row])), want)[0]
+    return bool((ulps_apart(seen.log_probs[row], want[0], size) <= LOG_PROB_ULPS).all())
 
 
 def _first_wrong(inputs: Inputs, params: SamplingParams, drawn: Drawn, noise) -> tuple[int, int, float, float] | None:
@@ -112,7 +127,8 @@ def _rule(impl: Impl, inputs: Inputs, params: SamplingParams, drawn: Drawn, row:
     index, before a mask or the temperature), else the log-probability's own stage."""
     kind, noise = ("raw", "processed")[which], noise_of(impl)
     subject, seen = subject_of(impl, inputs, SAMPLE_LOG_PROBS), observed(inputs, params, drawn)
-    model = name_fault(inputs, params, subject, seen, list(range(inputs.case.batch)), same_log_probs)
+    agrees = agreement(impl, same_log_probs, own_log_probs)
+    model = name_fault(inputs, params, subject, seen, list(range(inputs.case.batch)), agrees)
     if model is not None:
         return model if model in PER_SHARD.values() else f"{kind} log-probability: {model}"
     alone = alone_rule(
@@ -136,7 +152,10 @@ def _rule(impl: Impl, inputs: Inputs, params: SamplingParams, drawn: Drawn, row:
         loose = boundary(inputs, cpu)[row]
         over_own = torch.log_softmax(x.double().masked_fill(~own[None], -math.inf), dim=1)[0, token]
         if bool(((own != classic) & ~loose).any()) and close(float(over_own)):
-            stage = kept_rule(impl, inputs, params, row, own, loose, SAMPLE_LOG_PROBS)
+            batch = list(range(inputs.case.batch))
+            stage = own_model(impl, inputs, params, drawn, batch, SAMPLE_LOG_PROBS) or kept_rule(
+                impl, inputs, params, row, own, loose, SAMPLE_LOG_PROBS
+            )
             return f"processed log-probability over its own kept set: {stage}"
     named = log_prob_stage(inputs, params, classic, row, token, which, close)
     if named:

@@ -18,7 +18,18 @@ import torch
 from properties.cases.case import Inputs
 from properties.failures import ImplementationHung, PropertyFailure
 from properties.oracle import answer
-from properties.sampling.checks import Drawn, boundary, kept_masks, noise_key_of, run_with
+from properties.sampling.checks import (
+    Drawn,
+    boundary,
+    in_support,
+    kept_masks,
+    noise_key_of,
+    observed,
+    run_with,
+    subject_of,
+    token_noise,
+)
+from properties.sampling.experiments import name_fault
 from properties.sampling.stages import kept_stage
 from properties.sampling.support_rules import TOP_K_DROPS, outside_rule
 from reference.sampling import SamplingParams, kept_mask, scaled, top_k_mask
@@ -75,6 +86,18 @@ def alone_rule(
     if drawn is None or not right(one, mine, drawn):
         return None
     return f"{ROW_TOOK_BATCHMATES}: alone it drew {int(drawn.tokens.cpu()[0])}"
+
+
+def own_model(
+    impl: Impl, inputs: Inputs, params: SamplingParams, drawn: Drawn, judged: list[int], prop: str
+) -> str | None:
+    """For a sampler with its own randomness: the fault model whose support holds the token of every row of
+    ``judged`` and whose kept set is the one the sampler reports, in this run and in every experiment that ran
+    (:func:`properties.sampling.experiments.name_fault`); None where none does, or the noise is declared."""
+    if token_noise(impl):
+        return None
+    subject = subject_of(impl, inputs, prop)
+    return name_fault(inputs, params, subject, observed(inputs, params, drawn), judged, in_support)
 
 
 def without_top_p(impl: Impl, inputs: Inputs, params: SamplingParams, row: int, prop: str) -> Drawn | None:

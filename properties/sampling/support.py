@@ -2,8 +2,9 @@
 
 Token-exactness needs the sampler's noise; a sampler with its own randomness (one key per step, noise keyed by
 candidate position) cannot be judged token for token, but its every token must still lie in the classic draw's
-support (:func:`reference.sampling.support_mask`), on every example.  A token outside it is named by what drops
-it: top-k, top-p, a NaN or ``+inf`` that must win, a probability of 0, or a temperature taken as greedy.
+support (:func:`reference.sampling.support_mask`), on every example.  A token outside it is named by the fault
+model whose support holds every draw, in every experiment (:func:`properties.sampling.row_evidence.own_model`),
+else by what drops it: top-k, top-p, a NaN or ``+inf`` that must win, a probability of 0.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from properties.sampling.checks import (
     token_noise,
 )
 from properties.sampling.exactness import row_rule
-from properties.sampling.row_evidence import alone_rule, outside_named
+from properties.sampling.row_evidence import alone_rule, outside_named, own_model
 from properties.sampling.support_rules import support
 from reference.sampling import SamplingParams
 from sharded.impls import Impl
@@ -56,9 +57,12 @@ def check_support(impl: Impl, inputs: Inputs, plan: SamplePlan) -> tuple[Drawn, 
             if token_noise(impl):  # named as exactness names it: the symptom must not hide the fault behind it
                 judged = [r for r in range(len(tokens)) if not divergent(inputs, params, want, r, int(tokens[r]))]
                 rule = row_rule(impl, inputs, params, drawn, want, row, judged, SAMPLE_SUPPORT)
-            else:
-                rule = alone_rule(impl, inputs, params, row, SAMPLE_SUPPORT, _inside) or outside_named(
-                    impl, inputs, params, drawn, row, token, SAMPLE_SUPPORT
+            else:  # the row alone, the fault model whose support holds every draw, else what drops the token
+                judged = [r for r in range(len(tokens)) if not divergent(inputs, params, want, r, int(tokens[r]))]
+                rule = (
+                    alone_rule(impl, inputs, params, row, SAMPLE_SUPPORT, _inside)
+                    or own_model(impl, inputs, params, drawn, judged, SAMPLE_SUPPORT)
+                    or outside_named(impl, inputs, params, drawn, row, token, SAMPLE_SUPPORT)
                 )
             fail(rule, lines, impl, inputs, SAMPLE_SUPPORT)
         return drawn, params
