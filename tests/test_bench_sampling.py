@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 from benchmarks.sampling import bytes_per_rank
-from sharded import NUMPY_NOTICE
-from tests.suite import ROOT
+from tests.suite import run
 
 
 def test_bench_sampling_counts_the_bytes_of_its_formulas():
     cmd = [sys.executable, "-m", "benchmarks.sampling", "--vocab", "1000", "--tp", "2", "--batch", "1", "4"]
     cmd += ["--candidates", "8", "--reps", "3"]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = run(cmd)  # forked from a process that imported torch: a fresh start's quiet is tests/test_entry_points.py's
     assert out.returncode == 0, out.stderr[-2000:]
-    assert NUMPY_NOTICE not in out.stderr, out.stderr  # an entry point: torch's notice is silenced
     rows = [line.split("|") for line in out.stdout.splitlines() if line.strip().startswith("1000")]
     cells = [tuple(r[0].split()) for r in rows]
     assert cells == [

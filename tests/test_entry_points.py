@@ -23,6 +23,9 @@ COMMANDS = {
     "tpargmax check-d2t --help": ([str(SCRIPT), "check-d2t", "--help"], "/", 0, "usage: tpargmax check-d2t"),
     "python -m tpargmax --help": ([sys.executable, "-m", "tpargmax", "--help"], "/", 0, "usage: tpargmax"),
     "python -m properties.replay": ([sys.executable, "-m", "properties.replay", "--help"], ROOT, 0, "Case(...)"),
+    # the benchmarks' own runs (tests/test_bench*.py) fork from a process that imported torch: its notice is judged here
+    "python -m benchmarks.argmax": ([sys.executable, "-m", "benchmarks.argmax", "--help"], ROOT, 0, "usage: "),
+    "python -m benchmarks.sampling": ([sys.executable, "-m", "benchmarks.sampling", "--help"], ROOT, 0, "usage: "),
     "tpargmax install-vllm --dry-run": (
         [str(SCRIPT), "install-vllm", "--dry-run"],
         "/",
