@@ -507,6 +507,23 @@ multinomial_greedy_below_1e_2 = _multinomial(
     kept_mask,
     greedy_below=1e-2,
 )
+
+
+def _top_p_at_t1(x: torch.Tensor, s: SamplingParams) -> torch.Tensor:
+    """Top-k on ``x``, top-p on the logits (``x`` times T): the nucleus at temperature 1."""
+    t = torch.where(s.greedy, 1.0, s.temperature).to(x.device).unsqueeze(1)
+    by_k = top_k_mask(x, s.top_k)
+    return top_p_mask(x * t, by_k, s.top_p)
+
+
+multinomial_top_p_at_t1_unreported = _multinomial(
+    "multinomial_top_p_at_t1_unreported",
+    "torch.multinomial at T, but top-p's nucleus taken over the logits (at T = 1) (its own randomness, no kept set "
+    "reported): below T = 1 it keeps more than the nucleus of x, within top-k's set, so top-p skipped holds every "
+    "draw but draws them with other odds.",
+    _top_p_at_t1,
+    reports_kept=False,
+)
 multinomial_top_k_skipped = _multinomial(
     "multinomial_top_k_skipped",
     "torch.multinomial over top-p's nucleus of every token: top-k never applied (its own randomness).",

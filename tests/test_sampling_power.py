@@ -224,6 +224,14 @@ def test_each_stage_is_named_in_every_property_that_fails_on_it(prop, broken, ru
     assert message.startswith(f"[{rule}"), message[:800]
 
 
+def test_a_model_whose_support_holds_every_draw_but_whose_odds_do_not_is_not_named():
+    """Top-p's nucleus taken at T = 1, drawn at T: below T = 1 it keeps tokens the nucleus of x drops, all within
+    top-k's set, so "top-p not applied" holds every draw; drawn 400 times where that model parts most from the
+    classic one, the odds refute it, and the token is named by what drops it."""
+    message = failure(ts.test_sample_exact, "multinomial_top_p_at_t1_unreported")
+    assert message.startswith(f"[{support.TOP_P_DROPS}]"), message[:800]
+
+
 def test_a_distribution_failure_names_the_parameters_its_draws_fit():
     """Every sampled row at temperature 1, judged at T = 2: the few ids that made the chi-square, and T = 1."""
     message = failure(_distribution("tp2-tie-at-k"), "temperature_one")

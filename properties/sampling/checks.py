@@ -207,7 +207,14 @@ def subject_of(impl: Impl, inputs: Inputs, prop: str) -> Subject:
         except (PropertyFailure, ImplementationHung):  # a run that fails confirms nothing
             return None
 
-    return Subject(noise_of(impl), masks_of(impl), draws_from_candidates(impl), rerun, not token_noise(impl))
+    def draw(other: Inputs, params: SamplingParams) -> torch.Tensor | None:
+        try:
+            return run_with(impl, other, params, prop).tokens.cpu()
+        except (PropertyFailure, ImplementationHung):
+            return None
+
+    own = not token_noise(impl)
+    return Subject(noise_of(impl), masks_of(impl), draws_from_candidates(impl), rerun, own, draw)
 
 
 def same_token(prediction: Prediction, seen: Observed, row: int) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+FALSE_ALARM = 1e-9  # every test here fails a right sampler with probability below this
 MIN_EXPECTED = 5.0  # the chi-square approximation's usual floor per bin; rarer tokens share one bin
 
 

@@ -20,14 +20,13 @@ from properties.failures import fail, repro_extra
 from properties.harness.runner import prepare
 from properties.oracle import answer
 from properties.sampling.checks import unpack
-from properties.sampling.chi_square import chi_square
+from properties.sampling.chi_square import FALSE_ALARM, chi_square
 from properties.sampling.support_rules import outside_rule
 from reference.sampling import SamplingParams, has_probabilities, kept_mask, masses, scaled, support_mask
 from sharded.impls import Impl
 
 SAMPLE_DISTRIBUTION = "the sampled distribution is softmax(logits / T) over the kept set (chi-square)"
 DISTRIBUTION_WRONG = "sampled distribution differs from softmax(logits / T) over the kept set"
-FALSE_ALARM = 1e-9
 SEED_BASE = 1_000_003  # the pinned seeds: SEED_BASE + draw
 # Rows per call: a sampler that takes a second per 1,000 rows answers each call in half a second, a twentieth of the
 # default collective timeout, however many draws a case makes.

@@ -15,22 +15,33 @@ what the property judges (its tokens, kept sets or log-probabilities) on every j
 Where an experiment has several forms (which seeds, which C), the one on which the fitting models disagree on the
 most rows is run: the experiment is chosen to separate them.  A run that fails (raises, hangs, disagrees across
 ranks) is skipped; a model is named only if at least one experiment ran and it predicted all that ran.
+
+A sampler with its own randomness (no token noise declares it) cannot be predicted token by token: a model there
+must hold every draw in its support, and one more experiment asks that its distribution fit: the row where the
+model's distribution departs most from the classic one (with the row's parameters, or at T = 1), drawn alone
+:data:`DRAWS` times with other seeds, against softmax of the model's ``x`` over its kept set (chi-square, p at least
+:data:`~properties.sampling.chi_square.FALSE_ALARM`).  A model whose support is wider than the sampler's (top-p
+skipped, for a sampler whose nucleus is taken at another temperature) fails it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import torch
 
 from properties.cases.case import Inputs
+from properties.sampling.chi_square import FALSE_ALARM, chi_square
 from properties.sampling.faults import Agrees, Observed, Subject, candidates
-from properties.sampling.variants import Variant, variant_sample
-from reference.sampling import SamplingParams
+from properties.sampling.variants import Prediction, Variant, variant_sample
+from reference.sampling import SamplingParams, masses
 
 # other seeds: each row's seed XOR one of these (distinct seeds stay distinct; each below 2**63, an int64 as is)
 SALTS = (0x5851F42D4C957F2D, 0x14057B7EF767814F, 0x2545F4914F6CDD1D, 0x61C8864680B583EB)
 MORE_CANDIDATES = (2, 4, 16)  # C times these
+DRAWS = 400  # a sampler with its own randomness: the row that parts a model from the classic one, drawn alone
+MIN_SPLIT = 0.2  # that row's total variation between the two: at 400 draws, a gap chi-square shows
 
 
 def probes(params: SamplingParams, subject: Subject, vocab: int) -> list[tuple[str, list[SamplingParams]]]:
@@ -99,4 +110,64 @@ def name_fault(
         found = [(r, v) for r, v in found if _predicts(inputs, probe, subject, v, again, rows, agrees)]
         if not found:
             return None
+    if found and ran and subject.own_randomness:
+        found = [(r, v) for r, v in found if _draws_fit(inputs, params, subject, seen, rows, v)]
     return found[0][0] if found and ran else None
+
+
+def _draws_fit(
+    inputs: Inputs, params: SamplingParams, subject: Subject, seen: Observed, rows: list[int], variant: Variant
+) -> bool:
+    """Whether the sampler's draws fit ``variant``'s distribution where it departs most from the classic one: of the
+    sampled rows of ``rows``, with their parameters or at T = 1 (where a skipped mask's tokens carry their mass), the
+    row and form whose two distributions lie furthest apart (total variation), drawn alone :data:`DRAWS` times
+    (seeds ``seed + 1 ... seed + DRAWS``).  True where no row parts them by :data:`MIN_SPLIT`: nothing to see."""
+    sampled = ~params.greedy.cpu()
+    forms = [params.to("cpu")]
+    if bool((sampled & (params.temperature.cpu() != 1)).any()):
+        forms.append(replace(forms[0], temperature=sampled.float()))
+    split, row, at = 0.0, None, None
+    for form in forms:
+        said = [variant_sample(inputs, form, subject.noise, v) for v in (variant, Variant())]
+        apart = _apart(*said)
+        for r in rows:
+            if bool(sampled[r]) and float(apart[r]) > split:
+                split, row, at = float(apart[r]), r, form
+    if row is None or split < MIN_SPLIT or subject.draw is None:
+        return True
+    one, mine = inputs.with_rows([row] * DRAWS), at.rows([row] * DRAWS)
+    mine = replace(mine, seed=mine.seed + torch.arange(1, DRAWS + 1))
+    return _fits(one, mine, subject, variant, seen.loose[row])
+
+
+def _distribution(p: Prediction) -> torch.Tensor:
+    """float64 ``[B, V]``: softmax of the model's ``x`` over its kept set; its support's one token where it draws
+    one (a NaN, a ``+inf``, a greedy row)."""
+    e = masses(p.x, p.kept)
+    one = p.greedy.unsqueeze(1) | (p.support.sum(dim=1, keepdim=True) <= 1) | ~(e.sum(dim=1, keepdim=True) > 0)
+    return torch.where(one, p.support.double(), e / e.sum(dim=1, keepdim=True).clamp(min=1e-300))
+
+
+def _apart(a: Prediction, b: Prediction) -> torch.Tensor:
+    """float64 ``[B]``: the total variation between two models' distributions, row by row."""
+    return 0.5 * (_distribution(a) - _distribution(b)).abs().sum(dim=1)
+
+
+def _fits(one: Inputs, form: SamplingParams, subject: Subject, variant: Variant, loose: torch.Tensor) -> bool:
+    """Whether the sampler's draws of ``one`` (a row repeated) with ``form`` fit ``variant``'s distribution: every
+    draw in its support (or within top-p's slack, ``loose``), and by chi-square; True where the draws cannot run."""
+    tokens = subject.draw(one, form)
+    if tokens is None:
+        return True
+    model = variant_sample(one, form, subject.noise, variant)
+    if not all(_in(model.support[0], t) or _in(loose, t) for t in tokens.tolist()):
+        return False
+    probs = _distribution(model)[0]
+    ids = (probs > 0).nonzero().flatten().tolist()
+    counts = torch.bincount(tokens.clamp(min=0), minlength=probs.numel())
+    _, _, log_p = chi_square([int(counts[i]) for i in ids], [float(probs[i]) * len(tokens) for i in ids])
+    return log_p >= math.log(FALSE_ALARM)
+
+
+def _in(mask: torch.Tensor, token: int) -> bool:
+    return 0 <= token < mask.numel() and bool(mask[token])

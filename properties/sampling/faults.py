@@ -123,6 +123,7 @@ class Subject:
     candidates: bool
     rerun: Callable[[SamplingParams], Observed | None]
     own_randomness: bool = False
+    draw: Callable[[Inputs, SamplingParams], torch.Tensor | None] | None = None  # tokens on other inputs (or None)
 
 
 def _drawable(prediction: Prediction, seen: Observed, row: int, own: bool) -> bool:
