@@ -43,6 +43,7 @@ from sharded.local_sampling import DEFAULT_SAMPLING_IMPLS, SAMPLING_BUILTINS
 from sharded.local_top_k import DEFAULT_TOPK_IMPLS, TOPK_BUILTINS
 
 SUBJECTS = ("impl", "topk_impl", "sampling_impl")  # the fixtures that hold an implementation under test
+TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests")  # the project's own tests
 pytest_plugins = ("properties.e2e.plugin",)  # --e2e: vLLM's engine end to end
 # xdist's workers share the cores (one more than there are: pytest_xdist_auto_num_workers): one intra-op thread each.
 torch.set_num_threads(1)
@@ -315,6 +316,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     collector's full passes no longer walk it (they were 4 % of a property run's time, half after this)."""
     gc.collect()
     gc.freeze()
+    if any(str(item.path).startswith(TESTS + os.sep) for item in session.items):
+        # the project's own tests fork their commands from a process that imported torch once: a rank pool's fork
+        # server comes from there too (one torch import fewer per test process)
+        from tests.forked_runs import stand_in_fork_server
+
+        stand_in_fork_server()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -14,6 +14,9 @@ two cores).  What Hypothesis reads from the environment as it loads (``HYPOTHESI
 its ``ci`` profile) is in :data:`_AT_START`; pytest's warning that it cannot rewrite the asserts of Hypothesis's
 modules, imported before it started, is left out (:func:`_preloaded_are_not_rewritten`).
 
+The test process's own rank pools fork their ranks from a fork server that is a child of the server too
+(:func:`stand_in_fork_server`, installed by conftest where the project's tests run), not a new interpreter.
+
 A command the server cannot reproduce exactly (another program, or an environment that changes how Python or torch
 start) runs as an ordinary subprocess: :func:`popen` returns a :class:`subprocess.Popen` for it, :func:`run` None.
 """
@@ -193,6 +196,29 @@ def popen(
     return _fork(cmd, cwd, env, stdout, stderr, text, start_new_session)
 
 
+def stand_in_fork_server() -> None:
+    """From now on, the fork server :mod:`multiprocessing` starts in this process (a rank pool's) is forked from the
+    server, which imported torch once, with this process's environment and directory: not a new interpreter that
+    imports torch again.  :mod:`multiprocessing` checks the fork server's pid with ``waitpid``, so it is given the
+    server's, this process's child, which lives as long as it may be called on; the stand-in ends, as a fork server
+    does, once this process and every rank it started have closed their end of its "alive" pipe."""
+    from multiprocessing import util
+
+    spawn = util.spawnv_passfds
+    if getattr(spawn, "stands_in", False):
+        return
+
+    def spawnv_passfds(path: str, args: list[str], passfds: list[int]) -> int:
+        if (call := _fork_server_call(args)) is None:
+            return spawn(path, args, passfds)
+        server = _the_server(Path.cwd())
+        server.start({"fork_server": call, "env": dict(os.environ), "cwd": os.getcwd()}, list(passfds))
+        return server.proc.pid
+
+    spawnv_passfds.stands_in = True
+    util.spawnv_passfds = spawnv_passfds
+
+
 def _fork(
     cmd: list[str], cwd: Path | str, env: dict[str, str], stdout: object, stderr: object, text: bool, session: bool
 ) -> Forked:
@@ -292,6 +318,28 @@ def _child(request: dict, fds: list[int], closing: list[int]) -> None:
             except Exception:  # noqa: BLE001, S110 - a closed stream: nothing left to write
                 pass
         os._exit(code or 0)
+
+
+def _fork_server_child(request: dict, fds: list[int], closing: list[int]) -> None:
+    """Become :mod:`multiprocessing`'s fork server for the test process (:func:`stand_in_fork_server`): never
+    returns."""
+    from multiprocessing import forkserver
+
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a fork server does: it ends with its clients
+        for fd in closing:
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        tempfile.tempdir = None
+        sys.path[0] = ""  # as for the ``-c`` command it stands in for
+        preload, data = request["fork_server"]
+        forkserver.main(*fds, preload, **data)
+    finally:
+        os._exit(0)
 
 
 def _preloaded_are_not_rewritten() -> None:
@@ -411,9 +459,11 @@ def _serve() -> None:
             if not message:
                 return  # the test process closed its end
             sys.stdout.flush()
+            request = json.loads(message)
             pid = os.fork()
             if pid == 0:
-                _child(json.loads(message), fds, [sock.fileno(), woken, wake])
+                become = _fork_server_child if "fork_server" in request else _child
+                become(request, fds, [sock.fileno(), woken, wake])
             for fd in fds:
                 os.close(fd)
             sock.send(json.dumps({"started": pid}).encode())

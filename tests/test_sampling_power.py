@@ -230,6 +230,9 @@ def test_a_model_whose_support_holds_every_draw_but_whose_odds_do_not_is_not_nam
     classic one, the odds refute it, and the token is named by what drops it."""
     message = failure(ts.test_sample_exact, "multinomial_top_p_at_t1_unreported")
     assert message.startswith(f"[{support.TOP_P_DROPS}]"), message[:800]
+    # its log-probabilities equal no value a stage names (softmax over a nucleus it does not report): the stage rule
+    message = failure(ts.test_sample_log_probs, "multinomial_top_p_at_t1_unreported")
+    assert message.startswith("[processed log-probability more than 8 float32 ulps"), message[:800]
 
 
 def test_a_distribution_failure_names_the_parameters_its_draws_fit():
