@@ -268,19 +268,12 @@ def _child(request: dict, fds: list[int], closing: list[int]) -> None:
 
     code: object = 1
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in closing:
-            os.close(fd)
+        _settle(request, closing)
         if request["session"]:
             os.setsid()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        tempfile.tempdir = None  # importing torch fixed it from the server's TMPDIR: read the command's, as at start
         sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - fd 0 for the process's life
         _preloaded_are_not_rewritten()
@@ -320,24 +313,36 @@ def _child(request: dict, fds: list[int], closing: list[int]) -> None:
         os._exit(code or 0)
 
 
+def _settle(request: dict, closing: list[int]) -> None:
+    """What a forked child leaves of the server (its signal handling, its descriptors ``closing``) and takes of the
+    request (its directory and environment)."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for fd in closing:
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    tempfile.tempdir = None  # importing torch fixed it from the server's TMPDIR: read the request's, as at start
+
+
+def _be_fork_server(fds: list[int], call: list) -> None:
+    """Run :mod:`multiprocessing`'s fork server on ``fds`` (its listener and "alive" pipe) with ``call``, the
+    preload and keywords of the command it stands in for (:func:`_fork_server_call`)."""
+    from multiprocessing import forkserver
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a fork server does: it ends with its clients
+    sys.path[0] = ""  # as for the ``-c`` command it stands in for
+    preload, data = call
+    forkserver.main(*fds, preload, **data)
+
+
 def _fork_server_child(request: dict, fds: list[int], closing: list[int]) -> None:
     """Become :mod:`multiprocessing`'s fork server for the test process (:func:`stand_in_fork_server`): never
     returns."""
-    from multiprocessing import forkserver
-
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a fork server does: it ends with its clients
-        for fd in closing:
-            os.close(fd)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        tempfile.tempdir = None
-        sys.path[0] = ""  # as for the ``-c`` command it stands in for
-        preload, data = request["fork_server"]
-        forkserver.main(*fds, preload, **data)
+        _settle(request, closing)
+        _be_fork_server(fds, request["fork_server"])
     finally:
         os._exit(0)
 
@@ -377,7 +382,7 @@ def _fork_server_in_waiting() -> None:
     again.  The copy has the command's environment and directory, as a fork server started by the command would;
     it is the command's child, and it ends with the command's end if it was never called on."""
     import ctypes
-    from multiprocessing import forkserver, util
+    from multiprocessing import util
 
     global _waiting
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -392,9 +397,7 @@ def _fork_server_in_waiting() -> None:
             if message:
                 theirs.close()
                 prctl(1, 0)  # from here on a fork server, which ends as multiprocessing's own
-                preload, data = json.loads(message)
-                sys.path[0] = ""  # as for the ``-c`` command it stands in for
-                forkserver.main(*fds, preload, **data)
+                _be_fork_server(fds, json.loads(message))
         finally:
             os._exit(0)
     theirs.close()

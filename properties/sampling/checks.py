@@ -26,7 +26,7 @@ from properties.oracle import answer
 from properties.sampling.experiments import name_fault
 from properties.sampling.faults import Agrees, Observed, Subject
 from properties.sampling.params import params_of
-from properties.sampling.variants import Prediction
+from properties.sampling.variants import Prediction, holds
 from reference.sampling import (
     Noise,
     Sample,
@@ -226,19 +226,20 @@ def same_token(prediction: Prediction, seen: Observed, row: int) -> bool:
 def same_kept(prediction: Prediction, seen: Observed, row: int) -> bool:
     """The model's token and kept set on ``row``, but for tokens within top-p's slack: a kept set alone cannot tell
     a sampler that reports top-k's set from one that draws from it."""
-    if not same_token(prediction, seen, row):
-        return False
-    return seen.kept is None or not bool(((prediction.kept[row] != seen.kept[row]) & ~seen.loose[row]).any())
+    return same_token(prediction, seen, row) and _same_kept_set(prediction, seen, row)
 
 
 def in_support(prediction: Prediction, seen: Observed, row: int) -> bool:
     """For a sampler with its own randomness, whose tokens no model can predict: the row's token is one the model
     draws for some noise (or lies within top-p's slack), and the kept set it reports is the model's (slack aside)."""
     token = int(seen.tokens[row])
-    if not 0 <= token < seen.loose.shape[1]:
-        return False
-    if not (bool(prediction.support[row, token]) or bool(seen.loose[row, token])):
-        return False
+    inside = holds(prediction.support[row], token) or holds(seen.loose[row], token)
+    return inside and _same_kept_set(prediction, seen, row)
+
+
+def _same_kept_set(prediction: Prediction, seen: Observed, row: int) -> bool:
+    """The kept set the run reports on ``row`` is the model's, tokens within top-p's slack aside (none reported:
+    nothing to compare)."""
     return seen.kept is None or not bool(((prediction.kept[row] != seen.kept[row]) & ~seen.loose[row]).any())
 
 

@@ -34,7 +34,7 @@ import torch
 from properties.cases.case import Inputs
 from properties.sampling.chi_square import FALSE_ALARM, chi_square
 from properties.sampling.faults import Agrees, Observed, Subject, candidates
-from properties.sampling.variants import Prediction, Variant, variant_sample
+from properties.sampling.variants import Prediction, Variant, holds, variant_sample
 from reference.sampling import SamplingParams, masses
 
 # other seeds: each row's seed XOR one of these (distinct seeds stay distinct; each below 2**63, an int64 as is)
@@ -160,14 +160,10 @@ def _fits(one: Inputs, form: SamplingParams, subject: Subject, variant: Variant,
     if tokens is None:
         return True
     model = variant_sample(one, form, subject.noise, variant)
-    if not all(_in(model.support[0], t) or _in(loose, t) for t in tokens.tolist()):
+    if not all(holds(model.support[0], t) or holds(loose, t) for t in tokens.tolist()):
         return False
     probs = _distribution(model)[0]
     ids = (probs > 0).nonzero().flatten().tolist()
     counts = torch.bincount(tokens.clamp(min=0), minlength=probs.numel())
     _, _, log_p = chi_square([int(counts[i]) for i in ids], [float(probs[i]) * len(tokens) for i in ids])
     return log_p >= math.log(FALSE_ALARM)
-
-
-def _in(mask: torch.Tensor, token: int) -> bool:
-    return 0 <= token < mask.numel() and bool(mask[token])

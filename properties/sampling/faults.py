@@ -19,7 +19,7 @@ from properties.argmax.diagnosis import NAN_NOT_MAX, TIE_BY_RANK
 from properties.cases.case import Inputs
 from properties.oracle import answer
 from properties.sampling.support_rules import row_overflowed
-from properties.sampling.variants import FITTED, Prediction, Variant, instances, variant_sample
+from properties.sampling.variants import FITTED, Prediction, Variant, holds, instances, variant_sample
 from reference.sampling import (
     Noise,
     Sample,
@@ -130,9 +130,7 @@ def _drawable(prediction: Prediction, seen: Observed, row: int, own: bool) -> bo
     """Whether ``row``'s token is one ``prediction`` draws: its token, or (``own``: a sampler with its own noise) one
     in its support."""
     token = int(seen.tokens[row])
-    if not own:
-        return token == int(prediction.tokens[row])
-    return 0 <= token < prediction.support.shape[1] and bool(prediction.support[row, token])
+    return holds(prediction.support[row], token) if own else token == int(prediction.tokens[row])
 
 
 def _claim(

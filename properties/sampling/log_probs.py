@@ -60,21 +60,29 @@ def _magnitudes(full: torch.Tensor, x: torch.Tensor, exact: torch.Tensor) -> tor
 def same_log_probs(prediction: Prediction, seen: Observed, row: int) -> bool:
     """Agreement for the fault models: the model's token on ``row``, and both its log-probabilities within
     :data:`LOG_PROB_ULPS` of the run's."""
-    if int(prediction.tokens[row]) != int(seen.tokens[row]) or seen.log_probs is None:
-        return int(prediction.tokens[row]) == int(seen.tokens[row])
-    mine = seen.logits[row : row + 1]
-    size = _magnitudes(mine, scaled(mine, seen.params.rows([row])), prediction.log_probs[row : row + 1])[0]
-    return bool((ulps_apart(seen.log_probs[row], prediction.log_probs[row], size) <= LOG_PROB_ULPS).all())
+    if int(prediction.tokens[row]) != int(seen.tokens[row]):
+        return False
+    return _log_probs_are(seen, row, prediction.log_probs[row : row + 1])
 
 
 def own_log_probs(prediction: Prediction, seen: Observed, row: int) -> bool:
     """:func:`same_log_probs` for a sampler with its own randomness: the row's token in the model's support, its
     kept set the model's (:func:`in_support`), and both log-probabilities the model's at that token."""
-    if not in_support(prediction, seen, row) or seen.log_probs is None:
-        return in_support(prediction, seen, row)
+    if not in_support(prediction, seen, row):
+        return False
     cut = slice(row, row + 1)
     mine = seen.logits[cut]
-    want = log_probs(mine, prediction.x[cut], prediction.kept[cut], seen.tokens[cut], prediction.greedy[cut])
+    return _log_probs_are(
+        seen, row, log_probs(mine, prediction.x[cut], prediction.kept[cut], seen.tokens[cut], prediction.greedy[cut])
+    )
+
+
+def _log_probs_are(seen: Observed, row: int, want: torch.Tensor) -> bool:
+    """Both of the run's log-probabilities on ``row`` within :data:`LOG_PROB_ULPS` of ``want`` (float64 ``[1, 2]``);
+    True where the run reports none."""
+    if seen.log_probs is None:
+        return True
+    mine = seen.logits[row : row + 1]
     size = _magnitudes(mine, scaled(mine, seen.params.rows([row])), want)[0]
     return bool((ulps_apart(seen.log_probs[row], want[0], size) <= LOG_PROB_ULPS).all())
 

@@ -54,11 +54,10 @@ def check_support(impl: Impl, inputs: Inputs, plan: SamplePlan) -> tuple[Drawn, 
                 f"row {row}: got {token}; the support holds {allowed[row].sum()} id(s), "
                 f"first {allowed[row].nonzero().flatten()[:5].tolist()}",
             ]
+            judged = [r for r in range(len(tokens)) if not divergent(inputs, params, want, r, int(tokens[r]))]
             if token_noise(impl):  # named as exactness names it: the symptom must not hide the fault behind it
-                judged = [r for r in range(len(tokens)) if not divergent(inputs, params, want, r, int(tokens[r]))]
                 rule = row_rule(impl, inputs, params, drawn, want, row, judged, SAMPLE_SUPPORT)
             else:  # the row alone, the fault model whose support holds every draw, else what drops the token
-                judged = [r for r in range(len(tokens)) if not divergent(inputs, params, want, r, int(tokens[r]))]
                 rule = (
                     alone_rule(impl, inputs, params, row, SAMPLE_SUPPORT, _inside)
                     or own_model(impl, inputs, params, drawn, judged, SAMPLE_SUPPORT)

@@ -67,6 +67,11 @@ class Prediction:
     greedy: torch.Tensor
 
 
+def holds(mask: torch.Tensor, token: int) -> bool:
+    """Whether the bool ``[V]`` ``mask`` holds ``token`` (an id outside it: never)."""
+    return 0 <= token < mask.numel() and bool(mask[token])
+
+
 def row_kinds(params: SamplingParams, vocab: int) -> dict[str, torch.Tensor]:
     """bool ``[B]`` for each kind of sampled row a candidate path must treat apart."""
     k, p, c = params.top_k, params.top_p, params.candidates
