@@ -77,6 +77,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "without added vocabulary (added rows still appear, beyond the logits vocabulary; env TPARGMAX_HEADS)",
     )
     group.addoption(
+        "--layouts",
+        default=os.environ.get("TPARGMAX_LAYOUTS", ",".join(run_settings.LAYOUTS)),
+        help="the layouts beyond one even split that the implementations take, comma-separated, or none: diverged "
+        "(the ranks' copies of the hidden states differ), dp (attention data parallel's row segments), uneven "
+        "(shards of unequal width); the others' properties skip (default: all; env TPARGMAX_LAYOUTS)",
+    )
+    group.addoption(
         "--xfails-file",
         default=os.environ.get("TPARGMAX_XFAILS"),
         help="known failures of your implementation: lines of 'TEST-ID-SUBSTRING  # reason' (env TPARGMAX_XFAILS)",
@@ -220,6 +227,7 @@ def pytest_configure(config: pytest.Config) -> None:
         collective_timeout=config.getoption("collective_timeout"),
         gloo_tps=_ints(config.getoption("gloo_tps") or ("2,4,8" if nightly else "2,4"), "--gloo-tps"),
         heads=config.getoption("heads"),
+        layouts=_layouts(config.getoption("layouts")),
         pinned=pinned,
         repro_dir=config.getoption("repro_dir"),
         listening=bool(record or statistics),
@@ -233,6 +241,16 @@ def _impls(option: str | None, default: tuple[str, ...]) -> tuple:
         return tuple(load_impl(s) for s in dict.fromkeys(specs))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _layouts(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return run_settings.LAYOUTS
+    names = tuple(n.strip() for n in text.split(",") if n.strip() and n.strip() != "none")
+    unknown = sorted(set(names) - set(run_settings.LAYOUTS))
+    if unknown:
+        raise pytest.UsageError(f"--layouts: choose from {', '.join(run_settings.LAYOUTS)} or none, got {unknown}")
+    return names
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
@@ -351,6 +369,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
         elif item.get_closest_marker("local_path") and any(impl.classic for impl in impls):
             item.add_marker(pytest.mark.skip(reason="a classic path scatters through d2t before its argmax"))
+        elif (why := _layout_skip(item, impls)) is not None:
+            item.add_marker(pytest.mark.skip(reason=why))
     fuzz_seed = config.getoption("fuzz_seed")
     if fuzz_seed is not None:
         # Seed the generator Hypothesis draws each test's seed from. @seed and --hypothesis-seed would
@@ -365,6 +385,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if pattern in item.nodeid:
                 item.add_marker(pytest.mark.xfail(reason=f"known failure ({path}): {reason}", strict=True))
+
+
+def _layout_skip(item: pytest.Item, impls: list) -> str | None:
+    """Why a layout's property does not run the implementations (--layouts, or no ``dp_rows`` keyword), or None."""
+    marker = item.get_closest_marker("layout")
+    if marker is None:
+        return None
+    name = marker.args[0]
+    if name not in run_settings.current().layouts:
+        return f"--layouts leaves out {name}"
+    unable = [str(impl) for impl in impls if name == "dp" and not impl.takes_dp_rows]
+    if unable:
+        return f"{', '.join(unable)} takes no dp_rows keyword: attention data parallel hands each rank its own rows"
+    return None
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

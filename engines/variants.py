@@ -5,7 +5,10 @@ validates its input like the built-ins, so that the suite's findings are the fac
 
 - ``trtllm_style`` (TensorRT-LLM's EAGLE3 draft sampler): the id is ``local index + rank * rows per rank``,
   (id, value) travel as float32 pairs through an all-gather, the maximal value wins (the lowest rank on
-  ties), and no row is masked: padding and ids beyond the logits vocabulary compete.
+  ties), and no row is masked: padding and ids beyond the logits vocabulary compete.  Its branches for the
+  layouts of spec section 13, each the project's model of a documented behaviour, not TensorRT-LLM's code: on
+  uneven shards the offset stays ``rank * its own width`` (#18836's review); under attention data parallel with
+  the head vocab-parallel (``dp_rows``) every rank's rows are gathered first, and each rank keeps its own segment.
 - ``sglang_style`` (SGLang's open proposals): (value, id) packed into one int64 key with a 24-bit id
   field, ties to the smallest global id, one ``all_reduce(MAX)``; a head of 2**24 ids or more is refused.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from sharded.dp_rows import gather_rows, own_rows
 from sharded.keys import decode_ids, encode_keys
 from sharded.layout import ShardLayout
 from sharded.local_argmax import checked_shard_logits, local_best, map_d2t
@@ -21,8 +25,13 @@ from sharded.local_argmax import checked_shard_logits, local_best, map_d2t
 PACKED_ID_BITS = 24
 
 
-def trtllm_style(hidden, weight, bias, layout: ShardLayout, *, scale=1.0, soft_cap=None, d2t=None, group):
-    """Ids from the rank offset, float32 (id, value) pairs, no padding mask."""
+def trtllm_style(hidden, weight, bias, layout: ShardLayout, *, scale=1.0, soft_cap=None, d2t=None, group, dp_rows=None):
+    """Ids from the rank offset, float32 (id, value) pairs, no padding mask; under attention data parallel, the
+    rows gathered first and each rank's own segment kept."""
+    if dp_rows is not None:
+        every = gather_rows(hidden, dp_rows, group)
+        tokens = trtllm_style(every, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+        return own_rows(tokens, dp_rows, group.rank)
     logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
     values, local = logits.max(dim=-1)  # every row of the shard competes
     pairs = torch.stack([(local + layout.rank * layout.size).float(), values.float()], dim=-1)

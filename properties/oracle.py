@@ -54,7 +54,7 @@ class Answer:
     def _draft_logits(self, raw: bool) -> torch.Tensor:
         inputs, case = self.inputs, self.inputs.case
         return draft_logits(
-            inputs.hidden,
+            list(inputs.rank_hidden) if case.rank_ulps else inputs.hidden,
             [inputs.weight_shard(r) for r in range(inputs.tp)],
             None if inputs.bias is None else [inputs.bias_shard(r) for r in range(inputs.tp)],
             vocab=inputs.vocab,
@@ -63,6 +63,7 @@ class Answer:
             padding_size=case.padding_size,
             scale=1.0 if raw else case.scale,
             soft_cap=None if raw else case.soft_cap,
+            widths=inputs.layouts[0].widths or None,
         )
 
 

@@ -9,6 +9,7 @@ cases are pinned with ``@example`` through :func:`with_edge_cases`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache, lru_cache
 
 from hypothesis import example
@@ -17,7 +18,8 @@ from hypothesis import strategies as st
 from engines.vllm.e2e.scenario import D2T_PLANS as E2E_D2T_PLANS
 from engines.vllm.e2e.scenario import NORMS, PLANTS, SIZES, Scenario
 from properties.cases.case import D2T_PLANS, DTYPES, PADDING_PLANS, SPECIAL_PLANS, SPREAD_HIDDEN, TIE_PLANS, Case
-from reference.head import padded_sizes
+from properties.cases.rank_inputs import DP_RULES
+from reference.head import DEFAULT_PADDING_SIZE, SHARD_RULES, padded_sizes
 
 REAL_VOCABS = (32000, 32001, 128256, 151936, 262144)
 PADDING_SIZES = (64, 64, 128, 96)  # vLLM's default twice as often; 96 admits tp 3 and 6
@@ -105,6 +107,30 @@ def cases(draw: st.DrawFn, *, int_weights: bool = False, spread: bool = False) -
         d2t=d2t,
         target_extra=0 if d2t == "none" else target_extra,
         spread=spread,
+    )
+
+
+_ULPS, _NEAR = st.sampled_from((1, 2, 4, 16)), st.sampled_from(("across_ranks", "shard_boundary", "fp32_near_tie"))
+_UNEVEN, _DP, _SPLIT_TP = st.sampled_from(SHARD_RULES[1:]), st.sampled_from(DP_RULES[1:]), st.integers(2, MAX_TP)
+
+
+@st.composite
+def layout_cases(draw: st.DrawFn, layout: str) -> Case:
+    """A :func:`cases` case laid out as ``layout``: ``diverged`` (the ranks' copies of the hidden states a few ulps
+    apart, with a tie planted where it matters: across ranks or the shard boundary), ``dp`` (attention data
+    parallel's row segments) or ``uneven`` (base ids cut into shards of unequal width, tp 2 to 8, a tie at the
+    boundary likely).  Every draw happens, whatever the layout, as in :func:`cases`."""
+    case = draw(cases())
+    near, ulps, rule, dp, tp = draw(_NEAR), draw(_ULPS), draw(_UNEVEN), draw(_DP), draw(_SPLIT_TP)
+    ties = tuple(p for p in TIE_PLANS if p in case.ties or p == near)
+    if layout == "diverged":
+        return replace(case, hidden=max(case.hidden, 4), ties=ties, rank_ulps=ulps)
+    if layout == "dp":
+        return replace(case, dp=dp)
+    vocab = max(case.vocab, MAX_TP)
+    cut = case.logits_vocab if case.logits_vocab is not None and case.logits_vocab < vocab else None
+    return replace(
+        case, vocab=vocab, added=0, logits_vocab=cut, padding_size=DEFAULT_PADDING_SIZE, tp=tp, shards=rule, ties=ties
     )
 
 

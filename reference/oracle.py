@@ -12,12 +12,12 @@ from collections.abc import Sequence
 import torch
 
 from reference.checks import InvalidInput, check_d2t, check_head, check_scale
-from reference.head import DEFAULT_PADDING_SIZE, check_vocab, token_columns
+from reference.head import DEFAULT_PADDING_SIZE, check_vocab, token_columns, uneven_token_columns
 from reference.logits import head_logits
 
 
 def draft_logits(
-    hidden: torch.Tensor,
+    hidden: torch.Tensor | Sequence[torch.Tensor],
     weight_shards: Sequence[torch.Tensor],
     bias_shards: Sequence[torch.Tensor | None] | None,
     *,
@@ -27,35 +27,51 @@ def draft_logits(
     padding_size: int = DEFAULT_PADDING_SIZE,
     scale: float = 1.0,
     soft_cap: float | None = None,
+    widths: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """``[B, vocab]``: the logits of token ids ``0 .. vocab - 1`` (the logits vocabulary), by global id.
 
     ``org_vocab`` (default ``vocab``) base ids and ``added_vocab`` added ids make the head; ids at or above
-    ``vocab`` and every padding row are dropped.
+    ``vocab`` and every padding row are dropped.  ``widths``: the head cut unevenly, rank r holding the
+    ``widths[r]`` ids after its lower ranks' (``reference.head.shard_widths``; no added ids).  ``hidden`` may be
+    one tensor per rank, where the ranks' copies differ: each shard's logits are then its own rank's, as the
+    classic path gathers them.
     """
     check_scale(scale, soft_cap)
     tp = len(weight_shards)
     org = vocab if org_vocab is None else org_vocab
-    _, total = check_vocab(org, added_vocab, padding_size, vocab, max(tp, 1))
+    hiddens = list(hidden) if isinstance(hidden, (list, tuple)) else [hidden] * tp
+    if len(hiddens) != tp:
+        raise InvalidInput(f"{tp} weight shards but {len(hiddens)} ranks' hidden states")
+    if widths is None:
+        _, total = check_vocab(org, added_vocab, padding_size, vocab, max(tp, 1))
+        rows = [total // tp] * tp
+        columns = token_columns(org, added_vocab, padding_size, tp, vocab)
+    else:
+        rows = list(widths)
+        if added_vocab or len(rows) != tp or sum(rows) < org or min(rows, default=0) < 1 or not 1 <= vocab <= org:
+            raise InvalidInput(f"widths {rows} cannot cut a head of {org} ids (and no added ids) for tp={tp}")
+        columns = uneven_token_columns(tuple(rows), org, vocab)
     biases = bias_shards if bias_shards is not None else [None] * tp
     if len(biases) != tp:
         raise InvalidInput(f"{tp} weight shards but {len(biases)} bias shards")
-    for rank, (w, b) in enumerate(zip(weight_shards, biases, strict=True)):
-        check_head(hidden, w, b)
-        if w.shape[0] != total // tp:
+    for rank, (h, w, b) in enumerate(zip(hiddens, weight_shards, biases, strict=True)):
+        check_head(h, w, b)
+        if w.shape[0] != rows[rank]:
             raise InvalidInput(
                 f"weight shard {rank} has {w.shape[0]} rows; a head of {org} base + {added_vocab} added ids padded "
-                f"to multiples of {padding_size} has {total} rows, {total // tp} per rank at tp={tp}"
+                f"to multiples of {padding_size} has {sum(rows)} rows, {rows[rank]} on rank {rank} at tp={tp}"
             )
     # each shard on its own device (as its rank computes it), then together on the hidden states' device
+    where = hiddens[0].device
     full = torch.cat(
         [
-            head_logits(hidden.to(w.device), w, b, scale, soft_cap).to(hidden.device)
-            for w, b in zip(weight_shards, biases, strict=True)
+            head_logits(h.to(w.device), w, b, scale, soft_cap).to(where)
+            for h, w, b in zip(hiddens, weight_shards, biases, strict=True)
         ],
         dim=1,
     )
-    return full.index_select(1, token_columns(org, added_vocab, padding_size, tp, vocab).to(full.device))
+    return full.index_select(1, columns.to(full.device))
 
 
 def scatter_to_target(logits: torch.Tensor, d2t: torch.Tensor, target_vocab: int) -> torch.Tensor:

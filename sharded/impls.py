@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -53,7 +54,7 @@ MOVED = {
 # a file received with a module beside it would otherwise run that module.  Anything else needs the user's word.
 # A moved module's old name is shipped where its new home is (not the findings' or the wheel loaders' old names).
 _SHIPPED = (
-    {"tests.broken", "tests.broken_top_k", "tests.broken_sampling", "engines.variants", _SGLANG}
+    {"tests.broken", "tests.broken_top_k", "tests.broken_sampling", "tests.broken_layouts", "engines.variants", _SGLANG}
     | {"engines.vllm.layer", "engines.vllm.models", "engines.vllm.corrected"}
     | {"engines.vllm.gumbel", "engines.vllm.dflash2_sampler", "engines.sglang.sampling"}
     | {"engines.vllm.topk_topp_triton", "engines.vllm.xpress_argmax"}
@@ -85,6 +86,15 @@ class Impl:
     def classic(self) -> bool:
         """Whether it is a classic path (gather every logit, scatter through ``d2t``, argmax): ``fn.path``."""
         return getattr(self.fn, "path", "local") == "classic"
+
+    @property
+    def takes_dp_rows(self) -> bool:
+        """Whether it takes attention data parallel's ``dp_rows`` keyword (its signature names it, or any keyword)."""
+        try:
+            params = inspect.signature(self.fn).parameters.values()
+        except (TypeError, ValueError):  # a callable without a signature: it may take it, the run will tell
+            return True
+        return any(p.name == "dp_rows" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
     @property
     def head(self) -> dict[str, object]:

@@ -7,7 +7,8 @@ ranks separately, so each rank holds ``[base real | base padding | added real |
 added padding]``.  Only ids below ``vocab``, the logits vocabulary (vLLM's
 ``LogitsProcessor(..., org_vocab_size=L)``), are tokens.  Today's simple head
 is ``vocab_parallel_layout(vocab, tp)``: no added ids, padding 64, every base id
-a token.
+a token.  Other engines cut the columns unevenly (``uneven_layout``): rank r holds ``widths[r]`` rows, the
+ids after its lower ranks', and ids at or above the head's are padding.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ class ShardLayout:
     added_row: int = 0  # the first row of the added block (the base rows per rank)
     added_start: int = 0  # global id of row added_row
     num_added: int = 0
+    widths: tuple[int, ...] = ()  # every rank's rows, where the shards are uneven; () for vLLM's even split
 
     @property
     def size(self) -> int:
-        return self.padded_vocab // self.tp
+        return self.widths[self.rank] if self.widths else self.padded_vocab // self.tp
 
     @property
     def num_padding(self) -> int:
@@ -123,8 +125,38 @@ def vocab_parallel_layout(
     return tuple(layouts)
 
 
+def uneven_layout(vocab: int, widths: tuple[int, ...], *, logits_vocab: int | None = None) -> tuple[ShardLayout, ...]:
+    """One :class:`ShardLayout` per rank for ``vocab`` ids cut into ``widths`` columns (no added ids): rank r's rows
+    are ids ``sum(widths[:r]) ..``, those at or above ``vocab`` padding, those at or above ``logits_vocab`` no token."""
+    logits = vocab if logits_vocab is None else logits_vocab
+    if len(widths) < 1 or min(widths) < 1 or sum(widths) < vocab or not 1 <= logits <= vocab:
+        raise ValueError(f"widths {list(widths)} cannot cut {vocab} ids with logits vocabulary {logits}")
+    layouts, start = [], 0
+    for rank, width in enumerate(widths):
+        real = max(0, min(width, logits - start))
+        layouts.append(
+            ShardLayout(
+                vocab=logits,
+                padded_vocab=sum(widths),
+                tp=len(widths),
+                rank=rank,
+                start=start,
+                num_real=real,
+                org_vocab=vocab,
+                padding_size=1,
+                added_row=width,
+                added_start=vocab,
+                widths=tuple(widths),
+            )
+        )
+        start += width
+    return tuple(layouts)
+
+
 def every_rank(layout: ShardLayout) -> tuple[ShardLayout, ...]:
     """The layouts of every rank of ``layout``'s head: what a rank needs to place what the others gathered."""
+    if layout.widths:
+        return uneven_layout(layout.org_vocab, layout.widths, logits_vocab=layout.vocab)
     return vocab_parallel_layout(
         layout.org_vocab,
         layout.tp,

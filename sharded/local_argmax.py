@@ -11,6 +11,7 @@ import torch
 
 from reference.checks import check_d2t, check_float_ids, check_head, check_scale
 from reference.logits import head_logits
+from sharded.dp_rows import gather_rows, own_rows
 from sharded.group import TPGroup
 from sharded.keys import decode_ids, encode_keys
 from sharded.layout import ShardLayout, every_rank
@@ -90,9 +91,12 @@ def reduce_keys(logits: torch.Tensor, layout: ShardLayout, group: TPGroup) -> to
 
 
 def reduce_gather(logits: torch.Tensor, layout: ShardLayout, group: TPGroup) -> torch.Tensor:
-    """The classic path: all-gather every logit, O(B * V_padded) bytes, order the tokens by global id, argmax."""
-    gathered = group.all_gather(logits)  # [tp, B, shard]
+    """The classic path: all-gather every logit, O(B * V_padded) bytes, order the tokens by global id, argmax.
+
+    Uneven shards travel padded to the widest rank's columns (a collective takes one shape)."""
     every = every_rank(layout)
+    wide = max(lay.size for lay in every)
+    gathered = group.all_gather(torch.nn.functional.pad(logits, (0, wide - logits.shape[1])))  # [tp, B, wide]
     base = [gathered[lay.rank][:, : lay.num_real] for lay in every]  # base ids come before added ids
     added = [gathered[lay.rank][:, lay.added_row : lay.added_row + lay.num_added] for lay in every]
     return torch.cat(base + added, dim=1).argmax(dim=-1)
@@ -104,7 +108,11 @@ REDUCTIONS = {"vllm_pairs": reduce_pairs, "packed_key": reduce_keys, "classic_ga
 def _implementation(name: str):
     reduce = REDUCTIONS[name]
 
-    def impl(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group) -> torch.Tensor:
+    def impl(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group, dp_rows=None):
+        if dp_rows is not None:  # attention data parallel: every rank's rows through the head, each keeps its own
+            every = gather_rows(hidden, dp_rows, group)
+            tokens = impl(every, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
+            return own_rows(tokens, dp_rows, group.rank)
         logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
         return map_d2t(reduce(logits, layout, group), d2t, layout)
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference.head import NOT_A_ROW, row_ids
-from sharded.layout import vocab_parallel_layout
+from reference.head import NOT_A_ROW, SHARD_RULES, row_ids, shard_widths, uneven_row_ids
+from sharded.layout import every_rank, uneven_layout, vocab_parallel_layout
 
 
 def test_rank_of_padding_only():
@@ -101,3 +103,43 @@ def test_layout_agrees_with_the_oracles_row_ids(org, added, padding, cut, data):
         real = (rows != NOT_A_ROW).nonzero().flatten().tolist()
         assert len(rows) == lay.size and real == [r for r, t in enumerate(rows.tolist()) if lay.row_of(t) == r]
     assert sum(lay.num_real + lay.num_added for lay in layouts) == logits_vocab
+
+
+@pytest.mark.parametrize(
+    "vocab, tp, rule, widths",
+    [
+        (1001, 2, "split", (501, 500)),  # NVIDIA/TensorRT-LLM #18836's shards: rank 1's first id is 501
+        (1000, 3, "pad64", (342, 341, 341)),  # 1024 columns over 3 ranks
+        (1000, 4, "pad64tp", (256, 256, 256, 256)),  # padded to a multiple of 256
+        (7, 2, "split", (4, 3)),
+    ],
+)
+def test_uneven_rules_cut_the_columns_as_the_engines_do(vocab, tp, rule, widths):
+    assert shard_widths(vocab, tp, rule) == widths
+
+
+@given(vocab=st.integers(8, 5000), cut=st.integers(0, 7), tp=st.integers(2, 8), data=st.data())
+def test_uneven_layout_agrees_with_the_oracles_row_ids(vocab, cut, tp, data):
+    """Uneven shards, two derivations: the rank code's ranges and the oracle's ids row by row."""
+    rule, seed = data.draw(st.sampled_from(SHARD_RULES[1:]), label="rule"), data.draw(st.integers(0, 99), label="seed")
+    widths = shard_widths(vocab, tp, rule, seed)
+    assert len(widths) == tp and min(widths) >= 1 and sum(widths) >= vocab
+    layouts = uneven_layout(vocab, widths, logits_vocab=vocab - cut)
+    for lay, rows in zip(layouts, uneven_row_ids(widths, vocab), strict=True):
+        tokens = ((rows != NOT_A_ROW) & (rows < vocab - cut)).nonzero().flatten()
+        assert torch.equal(lay.token_rows(), tokens) and torch.equal(lay.token_ids(), rows[tokens])
+        assert lay.size == len(rows) == widths[lay.rank] and every_rank(lay) == layouts
+    assert sum(lay.num_real for lay in layouts) == vocab - cut
+
+
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda: shard_widths(3, 4, "split"), "3 ids cannot give each of 4 ranks a column"),
+        (lambda: shard_widths(30, 2, "even"), "shard rule must be one of"),
+        (lambda: uneven_layout(10, (4, 5)), "widths [4, 5] cannot cut 10 ids"),
+    ],
+)
+def test_an_uneven_head_that_cannot_be_cut_is_a_value_error_naming_it(call, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        call()

@@ -12,6 +12,7 @@ import conftest
 from conftest import read_xfails
 from groups.simulated import DEFAULT_TIMEOUT
 from properties.harness.settings import current
+from sharded.impls import load_impl
 
 DEFAULTS = {
     "collective_timeout": DEFAULT_TIMEOUT,
@@ -51,6 +52,7 @@ def configure(kept_settings):
         ({"backend": "torchrun"}, "start the suite with torchrun -m properties.torchrun"),
         ({"gloo_tps": "2,x"}, "--gloo-tps: expected comma-separated ints, got '2,x'"),
         ({"gloo_tps": "0"}, "--gloo-tps: sizes must be >= 1"),
+        ({"layouts": "dp,even"}, "--layouts: choose from diverged, dp, uneven or none, got ['even']"),
     ],
 )
 def test_a_bad_option_is_a_usage_error_naming_it(configure, given, words):
@@ -63,6 +65,32 @@ def test_several_implementations_are_tested_side_by_side(configure):
     config = Options(impl="vllm_pairs, examples.float64_pairs:local_argmax,vllm_pairs")
     conftest.pytest_configure(config)
     assert [i.spec for i in current().impls] == ["vllm_pairs", "examples.float64_pairs:local_argmax"]
+
+
+class _Item:
+    """What conftest's layout rule reads of a collected property: its layout marker."""
+
+    def __init__(self, layout: str) -> None:
+        self.marker = pytest.mark.layout(layout).mark
+
+    def get_closest_marker(self, name: str):
+        return self.marker if name == "layout" else None
+
+
+@pytest.mark.parametrize(
+    "given, layout, spec, why",
+    [
+        ({}, "dp", "vllm_pairs", None),
+        ({"layouts": "none"}, "diverged", "vllm_pairs", "--layouts leaves out diverged"),
+        ({"layouts": "dp"}, "uneven", "vllm_pairs", "--layouts leaves out uneven"),
+        ({"layouts": "dp"}, "dp", "examples.float64_pairs:local_argmax", "takes no dp_rows keyword"),
+        ({}, "uneven", "examples.float64_pairs:local_argmax", None),
+    ],
+)
+def test_a_layout_the_implementation_does_not_take_is_skipped_with_the_reason(configure, given, layout, spec, why):
+    configure(**given)
+    found = conftest._layout_skip(_Item(layout), [load_impl(spec)])
+    assert (found is None) if why is None else (why in found), found
 
 
 @pytest.mark.parametrize("in_ci, profile", [(False, "dev"), (True, "ci")])

@@ -44,6 +44,26 @@ def test_added_ids_are_placed_by_global_id_and_the_logits_vocabulary_cut():
     assert cut.tolist() == [[10.0, 11.0]]  # ids 2, 3, 4 are beyond the logits vocabulary
 
 
+def test_uneven_shards_are_placed_by_the_widths_and_padding_dropped():
+    # 5 ids cut into widths [3, 3]: rank 0 holds ids 0-2, rank 1 ids 3, 4 and a padding row
+    bias = [torch.tensor([10.0, 11.0, 12.0]), torch.tensor([13.0, 14.0, 99.0])]
+    shards = [torch.full((3, 1), -0.0)] * 2
+    assert draft_logits(torch.ones(1, 1), shards, bias, vocab=5, widths=(3, 3)).tolist() == [[10, 11, 12, 13, 14]]
+    cut = draft_logits(torch.ones(1, 1), shards, bias, vocab=4, org_vocab=5, widths=(3, 3))
+    assert cut.tolist() == [[10.0, 11.0, 12.0, 13.0]]
+    with pytest.raises(InvalidInput, match=r"widths \[3, 1\] cannot cut a head of 5 ids"):
+        draft_logits(torch.ones(1, 1), [shards[0], shards[0][:1]], None, vocab=5, widths=(3, 1))
+
+
+def test_each_shard_takes_its_own_ranks_hidden_states():
+    """Where the ranks' copies differ, the classic path gathers each shard's logits as its own rank computed them."""
+    weights = [torch.tensor([[1.0], [2.0]]), torch.tensor([[3.0], [4.0]])]
+    copies = [torch.tensor([[1.0]]), torch.tensor([[-1.0]])]
+    assert draft_logits(copies, weights, None, vocab=4, padding_size=4).tolist() == [[1.0, 2.0, -3.0, -4.0]]
+    with pytest.raises(InvalidInput, match="2 weight shards but 1 ranks' hidden states"):
+        draft_logits(copies[:1], weights, None, vocab=4, padding_size=4)
+
+
 def test_head_rows_by_global_id():
     assert row_ids(3, 2, 2, 2).tolist() == [[0, 1, 3], [2, NOT_A_ROW, 4]]
     assert row_ids(1010, 16, 64, 2)[1, -1] == NOT_A_ROW  # vLLM's docstring example: 1088 rows

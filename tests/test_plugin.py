@@ -11,12 +11,18 @@ from tests.suite import failure, run_suite
 
 
 def test_readme_example_implementation_passes():
-    # every property on both backends: the pinned edge cases, and a few generated examples each; the
-    # example numbers its rows from ``start``, so it takes heads whose tokens are base ids (--heads base)
-    args = ["--impl", "examples.float64_pairs:local_argmax", "--heads", "base", "--max-examples", "8"]
+    # every property on both backends: the pinned edge cases, and a few generated examples each; the README's
+    # example numbers its rows from ``start``, so it takes heads whose tokens are base ids (--heads base), and it
+    # takes no dp_rows, so attention data parallel's property skips it, saying why; the attention data parallel
+    # example (docs/contract.md) runs beside it, every layout with no option of its own
+    readme, dp = "examples.float64_pairs:local_argmax", "examples.attention_dp:local_argmax"
+    args = ["--impl", f"{readme},{dp}", "--heads", "base", "--max-examples", "8", "-rs"]
     out = run_suite(*args, "properties", "-k", "not top_k and not test_sampling")  # top-k and samplers do not call it
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert " passed" in out.stdout and "failed" not in out.stdout
+    skipped = [line for line in out.stdout.splitlines() if "takes no dp_rows keyword" in line]
+    reason = f"{readme} takes no dp_rows keyword: attention data parallel hands each rank its own rows"
+    assert len(skipped) == 1 and skipped[0].startswith("SKIPPED [2] ") and reason in skipped[0], out.stdout[-3000:]
 
 
 def test_readme_example_fails_on_added_tokens_for_the_rule_it_breaks():

@@ -19,16 +19,19 @@ from hypothesis import strategies as st
 
 import reference.oracle
 import tests.broken
+import tests.broken_layouts
 import tests.broken_top_k
 from properties import test_d2t as d2t
 from properties import test_divergence as divergence
 from properties import test_equivalence as eq
 from properties import test_head_layouts as layouts
 from properties import test_input_errors as errors
+from properties import test_layouts as lay
 from properties import test_top_k as top_k
 from properties import test_traffic as traffic
 from properties.argmax import diagnosis as diagnose
 from properties.argmax import faults
+from properties.argmax import layouts as rules
 from properties.harness.profiles import running_with
 from properties.test_torch_semantics import check_argmax
 from reference.head import NOT_A_ROW, row_ids
@@ -88,6 +91,17 @@ CATCHES = [
         "topk_log_probs_unscaled_partition",
         "[top-k log-probabilities differ from the classic log-softmax by more than 1e-05 and 4 float32 ulps ",
     ),
+    # issue 62: the layouts beyond one even split, each bug a real one of spec section 13's classes
+    (lay.test_ranks_agree, "own_copy_argmax", f"[{rules.OWN_COPY}]"),
+    (lay.test_exact_under_divergence, "own_copy_argmax", f"[{rules.ONE_RANKS_INPUTS}]"),
+    (lay.test_exact_under_divergence, "rank0_inputs_broadcast", f"[{rules.ONE_RANKS_INPUTS}]"),
+    (lay.test_attention_dp_rows, "segment_trimmed", f"[{rules.SEGMENT_TRIMMED}]"),
+    (lay.test_attention_dp_rows, "first_rows_kept", f"[{rules.OTHER_SEGMENT}]"),
+    (lay.test_attention_dp_rows, "rows_mixed_with_ranks", f"[{rules.ROWS_MIXED}]"),
+    (lay.test_uneven_shards, "offset_from_own_width", f"[{diagnose.OFFSET_FROM_WIDTH}: "),
+    (lay.test_uneven_shards, "gather_assumes_even_widths", f"[{diagnose.EVEN_WIDTHS_ASSUMED}: "),
+    (lay.test_uneven_shards, "indices_summed", f"[{rules.INDICES_SUMMED}]"),
+    (eq.test_token_exact, "indices_summed", f"[{rules.INDICES_SUMMED}]"),
 ]
 TOP1_OFF = "[top-1 differs from the argmax implementation tests.broken:NAME, whose token is not the classic path's]"
 # Bugs caught under another rule's name before (issue 27), each with the exact rule (numbers aside) of every argmax
@@ -150,7 +164,7 @@ def test_every_property_that_catches_a_bug_names_its_rule(name, prop):
 def test_every_broken_implementation_is_caught():
     broken = {
         name
-        for module in (tests.broken, tests.broken_top_k)
+        for module in (tests.broken, tests.broken_top_k, tests.broken_layouts)
         for name, fn in vars(module).items()
         if inspect.isfunction(fn) and fn.__module__ == module.__name__ and not name.startswith("_")
     }

@@ -18,6 +18,8 @@ TIE_HIGHER_RANK = "tie across ranks resolved to the higher rank"
 TIE_BY_RANK = "tie across ranks resolved by rank, not by id: a lower rank's larger (added) id won"
 ANOTHER_ROW = "another row's token"
 NON_MAXIMAL = "chose a non-maximal logit"
+OFFSET_FROM_WIDTH = "id offset from rank x width on uneven shards"
+EVEN_WIDTHS_ASSUMED = "ids placed as if every rank held the same number of columns, on uneven shards"
 
 
 def draft_targets(inputs: Inputs) -> torch.Tensor:
@@ -68,6 +70,11 @@ def non_token_rule(inputs: Inputs, got: int) -> str | None:
     rows = lay0.org_vocab + lay0.added_vocab
     if vocab <= got < rows:
         return f"id beyond the logits vocabulary returned: {got} is a head id, but only ids below {vocab} are tokens"
+    if lay0.widths:  # uneven shards: base ids only, padding at and above the head's ids
+        at = next((lay for lay in inputs.layouts if lay.start <= got < lay.start + lay.size), None)
+        if at is not None:
+            return f"base padding returned: {got} is padding row {got - at.start} of rank {at.rank} (uneven shards)"
+        return f"returned id out of range: {got} is no row of the head"
     added_rows = lay0.size - lay0.added_row
     base = (
         f"a base padding row of rank {got // lay0.added_row}"
@@ -91,6 +98,9 @@ def _misplaced_winner(inputs: Inputs, logits: torch.Tensor, first: int, got: int
     for token in best.nonzero().flatten()[:64].tolist():
         lay = owner(inputs, token)
         local = lay.row_of(token)
+        uneven = _uneven_offset(inputs, lay, local, got, targets)
+        if uneven is not None:
+            return uneven
         if lay.start and local is not None and local < len(targets) and int(targets[local]) == got:
             mapped = "" if inputs.d2t is None else f", which d2t maps to {got}"
             return (
@@ -100,6 +110,30 @@ def _misplaced_winner(inputs: Inputs, logits: torch.Tensor, first: int, got: int
     once = int(targets[first])
     if inputs.d2t is not None and once < len(targets) and got == int(targets[once]) != once:
         return f"d2t applied twice: draft id {first} maps to target {once}, which was mapped again, to {got}"
+    return None
+
+
+def _uneven_offset(inputs: Inputs, lay: ShardLayout, local: int, got: int, targets: torch.Tensor) -> str | None:
+    """On uneven shards, the rule when ``got`` is row ``local`` of ``lay``'s rank numbered from rank x some width
+    (its own: the offset; rank 0's, the widest's, or the head's rows / tp: a gather that assumes even widths)."""
+    if not lay.widths or not lay.rank:
+        return None
+    tp, widths = lay.tp, lay.widths
+    for name, width in (
+        ("its own width", widths[lay.rank]),
+        ("rank 0's width", widths[0]),
+        ("the widest rank's", max(widths)),
+        ("the head's rows / tp", lay.padded_vocab // tp),
+        ("ceil(ids / tp)", -(-lay.org_vocab // tp)),
+    ):
+        placed = lay.rank * width + local
+        mapped = int(targets[placed]) if placed < len(targets) else placed if inputs.d2t is None else None
+        if placed != lay.start + local and mapped == got:
+            rule = OFFSET_FROM_WIDTH if name == "its own width" else EVEN_WIDTHS_ASSUMED
+            return (
+                f"{rule}: draft id {lay.start + local} is row {local} of rank {lay.rank}, whose ids start at "
+                f"{lay.start} (widths {list(widths)}); {lay.rank} x {width} ({name}) + {local} = {placed}"
+            )
     return None
 
 
@@ -268,6 +302,8 @@ def explain_tokens(impl, inputs: Inputs) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - shown, then judged by the property check
         return [f"the implementation raised {type(exc).__name__}: {exc}"]
     got = outputs[0] if isinstance(outputs[0], torch.Tensor) else None
+    if got is not None and inputs.dp_rows is not None and all(isinstance(o, torch.Tensor) for o in outputs):
+        got = torch.cat(outputs)  # attention data parallel: every rank's own rows, in rank order
     if got is None or got.shape != expected.shape:
         return [f"the implementation returned {outputs[0]!r}"]
     differ = (got != expected).nonzero().flatten()

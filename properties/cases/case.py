@@ -16,8 +16,9 @@ from functools import cached_property
 import torch
 
 from groups.devices import case_device, rank_device
-from reference.head import DEFAULT_PADDING_SIZE, check_vocab
-from sharded.layout import ShardLayout, vocab_parallel_layout
+from properties.cases.rank_inputs import DP_RULES, dp_counts, nudged
+from reference.head import DEFAULT_PADDING_SIZE, SHARD_RULES, check_vocab, shard_widths
+from sharded.layout import ShardLayout, uneven_layout, vocab_parallel_layout
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # ties, and two planted winners among the added ids: an added id tied with a base id on a later rank
@@ -71,6 +72,9 @@ class Case:
     d2t: str = "none"
     target_extra: int = 0
     spread: bool = False  # a sampling case: few boosted rows, specials on a minority of rows (case_tensors.build)
+    shards: str = "even"  # how the columns are cut: vLLM's even split, or an uneven rule (reference.head.SHARD_RULES)
+    rank_ulps: int = 0  # ranks' copies of the hidden states differ by up to this many ulps (rank_inputs.nudged)
+    dp: str = "none"  # attention data parallel: each rank owns a segment of the rows (rank_inputs.dp_counts)
 
     def __repr__(self) -> str:
         parts = [
@@ -96,12 +100,20 @@ class Case:
                 raise ValueError(f"Case field {f.name!r} must be {what}, got {shown(getattr(self, f.name))}")
         if self.specials and not self.bias:
             raise ValueError("Case field 'bias' must be True: special-value plans are planted through the bias")
+        if self.rank_ulps and self.hidden < 4:
+            raise ValueError("Case field 'hidden' must be at least 4 with rank_ulps: feature 3 carries tied ids' boost")
         if self.spread and self.hidden < SPREAD_HIDDEN:
             raise ValueError(
                 f"Case field 'hidden' must be at least {SPREAD_HIDDEN} with spread=True: its last two features "
                 "switch the special rows"
             )
-        check_vocab(self.vocab, self.added, self.padding_size, self.logits_vocabulary, self.tp)
+        if self.shards == "even":
+            check_vocab(self.vocab, self.added, self.padding_size, self.logits_vocabulary, self.tp)
+        elif self.added or self.vocab < self.tp or self.logits_vocabulary > self.vocab:
+            raise ValueError(
+                f"Case field 'shards' {self.shards!r} cuts base ids only, at least one per rank: got vocab "
+                f"{self.vocab}, added {self.added}, logits_vocab {self.logits_vocab}, tp {self.tp}"
+            )
         if (self.vocab + self.added + 1) * self.hidden > MAX_ELEMENTS or self.batch * self.hidden > MAX_ELEMENTS:
             raise ValueError(
                 f"Case fields 'vocab', 'added', 'batch' and 'hidden' make tensors of more than {MAX_ELEMENTS} "
@@ -121,10 +133,18 @@ INT_BOUNDS = {
     "logits_vocab": (1, 2**21 + 2**16),
     "seed": (0, 2**64 - 1),
     "target_extra": (0, 2**23),
+    "rank_ulps": (0, 64),
 }
 SPREAD_HIDDEN = 5  # features 0-2 are the boost, -inf and near-tie features; the special rows' switches follow
 MAX_ELEMENTS = 2**26  # in the head and in the hidden states: 256 MiB in float32
-CHOICES = {"dtype": tuple(DTYPES), "weights": ("int", "normal"), "padding": PADDING_PLANS, "d2t": D2T_PLANS}
+CHOICES = {
+    "dtype": tuple(DTYPES),
+    "weights": ("int", "normal"),
+    "padding": PADDING_PLANS,
+    "d2t": D2T_PLANS,
+    "shards": SHARD_RULES,
+    "dp": DP_RULES,
+}
 PLANS = {"ties": TIE_PLANS, "specials": SPECIAL_PLANS}
 
 
@@ -217,6 +237,17 @@ class Inputs:
         """Results derived from these tensors (the oracle's logits), computed once per Inputs."""
         return {}
 
+    @cached_property
+    def rank_hidden(self) -> tuple[torch.Tensor, ...]:
+        """Every rank's copy of the hidden states: the case's, a few ulps apart where ``rank_ulps`` says so."""
+        return tuple(nudged(self.hidden, self.case.seed, r, self.case.rank_ulps) for r in range(self.tp))
+
+    @property
+    def dp_rows(self) -> tuple[int, ...] | None:
+        """Each rank's row count under attention data parallel, or None (every rank holds every row)."""
+        case = self.case
+        return None if case.dp == "none" else dp_counts(case.batch, self.tp, case.dp, case.seed)
+
     def weight_shard(self, rank: int) -> torch.Tensor:
         """Rank ``rank``'s head shard, padding included, on that rank's device.
 
@@ -244,6 +275,9 @@ class Inputs:
 
 
 def layouts_of(case: Case) -> tuple[ShardLayout, ...]:
+    if case.shards != "even":
+        widths = shard_widths(case.vocab, case.tp, case.shards, case.seed)
+        return uneven_layout(case.vocab, widths, logits_vocab=case.logits_vocab)
     return vocab_parallel_layout(
         case.vocab, case.tp, added_vocab=case.added, padding_size=case.padding_size, logits_vocab=case.logits_vocab
     )

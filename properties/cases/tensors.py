@@ -18,6 +18,9 @@ Planted structure, and why it is exact:
   and few rows are boosted, so top-k and top-p have tokens to remove.
 * The padding plan is a trap in every row that is not a token: both padding
   blocks and the ids at or above the logits vocabulary.
+* Where the ranks' copies of the hidden states differ (``rank_ulps``), a tie must hinge on those ulps: every
+  other id of a tie plan takes its boost through feature 3, which holds a copy of feature 0.  On one copy the tie
+  stands; on copies a few ulps apart it breaks, each copy its own way.
 """
 
 from __future__ import annotations
@@ -123,11 +126,16 @@ def build(case: Case) -> Inputs:
             weight[ids, 2] = 1.0
             weight[max(ids), 2] = 1.0 + 2**-12
             hidden[:, 2] = hidden[:, 2].abs() + 1
+        if case.rank_ulps:  # the tie hinges on features 0 and 3, which the ranks' copies nudge apart
+            weight[ids[1::2], 3] = weight[ids[1::2], 0]
+            weight[ids[1::2], 0] = 0.0
         anchor = ids[0]
         tied += ids
         applied.append(plan)
     if not case.ties:
         weight[anchor, 0] = BOOST
+    if case.rank_ulps:
+        hidden[:, 3] = hidden[:, 0]
 
     dtype = DTYPES[case.dtype]
     hidden, weight = hidden.to(dtype), weight.to(dtype)

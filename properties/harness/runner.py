@@ -68,8 +68,12 @@ def rank_kwargs(inputs: Inputs, rank: int) -> dict[str, Any]:
     with each other or the oracle (an implementation may write into its arguments)."""
     where = rank_device(inputs.device, rank)
     bias = inputs.bias_shard(rank)
-    return {
-        "hidden": inputs.hidden.to(where, copy=True),
+    hidden, dp_rows = inputs.rank_hidden[rank], inputs.dp_rows
+    if dp_rows is not None:  # attention data parallel: the rank's own rows, and every rank's count
+        start = sum(dp_rows[:rank])
+        hidden = hidden[start : start + dp_rows[rank]]
+    kwargs = {
+        "hidden": hidden.to(where, copy=True),
         "weight": inputs.weight_shard(rank).clone(),
         "bias": None if bias is None else bias.clone(),
         "layout": inputs.layouts[rank],
@@ -77,6 +81,7 @@ def rank_kwargs(inputs: Inputs, rank: int) -> dict[str, Any]:
         "soft_cap": inputs.case.soft_cap,
         "d2t": None if inputs.d2t is None else inputs.d2t.to(where, copy=True),
     }
+    return kwargs if dp_rows is None else {**kwargs, "dp_rows": dp_rows}
 
 
 def gloo_pool(world_size: int) -> RankPool:

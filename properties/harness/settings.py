@@ -19,6 +19,7 @@ from sharded.impls import Impl
 
 BACKENDS = ("sim", "gloo", "torchrun")
 HEADS = ("all", "base")  # base: only base ids are tokens (added rows, if any, lie beyond the logits vocabulary)
+LAYOUTS = ("diverged", "dp", "uneven")  # beyond one even split: properties/test_layouts.py, --layouts
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Settings:
     collective_timeout: float = DEFAULT_TIMEOUT
     gloo_tps: tuple[int, ...] = (2, 4)
     heads: str = "all"
+    layouts: tuple[str, ...] = LAYOUTS  # the layouts the implementations under test take (--layouts)
     pinned: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))  # Case fields every case takes
     torchrun_job: Any = None  # the TorchrunJob when properties.torchrun runs this process as rank 0
     repro_dir: str = "repro"
