@@ -395,10 +395,7 @@ def _layout_skip(item: pytest.Item, impls: list) -> str | None:
     name = marker.args[0]
     if name not in run_settings.current().layouts:
         return f"--layouts leaves out {name}"
-    unable = [str(impl) for impl in impls if name == "dp" and not impl.takes_dp_rows]
-    if unable:
-        return f"{', '.join(unable)} takes no dp_rows keyword: attention data parallel hands each rank its own rows"
-    return None
+    return next((why for impl in impls if (why := impl.refuses_layout(name)) is not None), None)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

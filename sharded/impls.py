@@ -87,6 +87,17 @@ class Impl:
         """Whether it is a classic path (gather every logit, scatter through ``d2t``, argmax): ``fn.path``."""
         return getattr(self.fn, "path", "local") == "classic"
 
+    def refuses_layout(self, name: str) -> str | None:
+        """Why it does not take the layout ``name`` (``diverged``, ``dp``, ``uneven``), or None: ``fn.layouts``, the
+        layouts an implementation declares it takes, with ``fn.layouts_why``; attention data parallel also needs
+        the ``dp_rows`` keyword in its signature."""
+        declared = getattr(self.fn, "layouts", None)
+        if declared is not None and name not in declared:
+            return f"{self} takes no {name} layout: {getattr(self.fn, 'layouts_why', 'it declares ' + str(declared))}"
+        if name == "dp" and not self.takes_dp_rows:
+            return f"{self} takes no dp_rows keyword: attention data parallel hands each rank its own rows"
+        return None
+
     @property
     def takes_dp_rows(self) -> bool:
         """Whether it takes attention data parallel's ``dp_rows`` keyword (its signature names it, or any keyword)."""

@@ -12,7 +12,7 @@ import conftest
 from conftest import read_xfails
 from groups.simulated import DEFAULT_TIMEOUT
 from properties.harness.settings import current
-from sharded.impls import load_impl
+from sharded.impls import Impl, load_impl
 
 DEFAULTS = {
     "collective_timeout": DEFAULT_TIMEOUT,
@@ -120,3 +120,19 @@ def test_a_module_that_refuses_its_environment_stays_out_of_the_suites_import(tm
     monkeypatch.setattr(conftest, "SUITE_PACKAGES", ("tpargmax_probe_suite",))
     conftest.import_the_suite()
     assert "tpargmax_probe_suite.imports" in sys.modules and "tpargmax_probe_suite.refuses" not in sys.modules
+
+
+def test_a_layout_an_implementation_declares_it_does_not_take_is_skipped_with_its_reason(configure):
+    """An engine's subject declares its layouts (``fn.layouts``, ``fn.layouts_why``), as vLLM's layer does."""
+    configure()
+
+    def even_only(**kwargs):
+        raise AssertionError("a skipped layout never runs")
+
+    even_only.layouts, even_only.layouts_why = ("diverged",), "its head is cut evenly"
+    impl = Impl("engine:even_only", even_only)
+    assert conftest._layout_skip(_Item("diverged"), [impl]) is None
+    assert (
+        conftest._layout_skip(_Item("uneven"), [impl])
+        == "engine:even_only takes no uneven layout: its head is cut evenly"
+    )

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import shlex
 
+import pytest
+
 from properties import test_equivalence as eq
+from properties import test_layouts as lay
 from properties.argmax.faults import ADDED_MASKED
 from properties.replay import main as replay_main
 from tests.suite import failure, run_suite
@@ -13,16 +16,23 @@ from tests.suite import failure, run_suite
 def test_readme_example_implementation_passes():
     # every property on both backends: the pinned edge cases, and a few generated examples each; the README's
     # example numbers its rows from ``start``, so it takes heads whose tokens are base ids (--heads base), and it
-    # takes no dp_rows, so attention data parallel's property skips it, saying why; the attention data parallel
-    # example (docs/contract.md) runs beside it, every layout with no option of its own
-    readme, dp = "examples.float64_pairs:local_argmax", "examples.attention_dp:local_argmax"
-    args = ["--impl", f"{readme},{dp}", "--heads", "base", "--max-examples", "8", "-rs"]
+    # takes no dp_rows, so attention data parallel's property skips it, saying why (the other layouts run it with
+    # no option of their own)
+    readme = "examples.float64_pairs:local_argmax"
+    args = ["--impl", readme, "--heads", "base", "--max-examples", "8", "-rs"]
     out = run_suite(*args, "properties", "-k", "not top_k and not test_sampling")  # top-k and samplers do not call it
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert " passed" in out.stdout and "failed" not in out.stdout
     skipped = [line for line in out.stdout.splitlines() if "takes no dp_rows keyword" in line]
     reason = f"{readme} takes no dp_rows keyword: attention data parallel hands each rank its own rows"
     assert len(skipped) == 1 and skipped[0].startswith("SKIPPED [2] ") and reason in skipped[0], out.stdout[-3000:]
+
+
+@pytest.mark.parametrize("prop", [lay.test_attention_dp_rows, lay.test_exact_under_divergence, lay.test_uneven_shards])
+def test_the_attention_dp_example_passes_every_layout(prop):
+    """docs/contract.md's attention data parallel example, written against the contract alone, at the property's
+    budget under the ci profile: its own rows on every rank, and the other layouts too."""
+    assert failure(prop, "examples.attention_dp:local_argmax") == ""
 
 
 def test_readme_example_fails_on_added_tokens_for_the_rule_it_breaks():

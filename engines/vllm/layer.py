@@ -229,5 +229,7 @@ for _fn in (vllm_local_argmax, vllm_classic, vllm_top_k, vllm_top_k_log_probs):
     _fn.needs = why_unavailable  # what a replay checks before it judges (sharded.impls.Impl.why_unavailable)
     _fn.env = (SHM_ENV,)  # what a repro file records of the environment it failed in
     _fn.packages, _fn.pass_unjudged = PACKAGES, pass_unjudged
+    _fn.layouts = ("diverged",)  # each rank's own copy of the hidden states goes through vLLM's head as it is
+    _fn.layouts_why = "vLLM's ParallelLMHead cuts the vocabulary into even shards and gives every rank every row"
 vllm_classic.path = "classic"  # the d2t tie divergence is the local path's: its properties skip this one
 vllm_top_k_log_probs.values = "log_probs"  # the top-k checks compare them with the classic log-softmax

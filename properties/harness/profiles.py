@@ -83,6 +83,12 @@ SAMPLER_SHARE = {
 }
 SAMPLER_BUDGET = 3 / 8
 PROCESS_GROUP_FLOOR = 0.5  # of a process group's budget: what it adds (processes, pickling) shows on any example
+# The layouts' properties search the layout, not the values: on a process group their share alone, without the floor
+# (what real collectives add there, unequal shapes above all, shows on their pinned cases)
+LAYOUT_PROPERTIES = frozenset(
+    ("test_ranks_agree", "test_exact_under_divergence", "test_attention_dp_rows", "test_uneven_shards")
+    + ("test_top_k_uneven_shards",)
+)
 SAMPLER_BACKEND_SHARE = {"sim": 1.0, "gloo": 1 / 6, "torchrun": 1 / 6}
 
 
@@ -98,7 +104,7 @@ def budget(test: str, backend: str | None, max_examples: int = CI_EXAMPLES) -> i
     an argmax property runs at least half the backend's budget (25 of 50 under ci), as before issue 40."""
     floor = (
         0
-        if test in SAMPLER_SHARE
+        if test in SAMPLER_SHARE or test in LAYOUT_PROPERTIES
         else (round(max_examples * BACKEND_SHARE[backend] * PROCESS_GROUP_FLOOR) if backend in PROCESS_GROUPS else 0)
     )
     return max(1, floor, round(max_examples * share(test, backend)))
