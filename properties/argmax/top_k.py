@@ -130,6 +130,8 @@ def check_top_k_exact(impl: Impl, inputs: Inputs, k: int) -> None:
         if inputs.d2t is not None and not torch.equal(ids, want_ids):
             mapped_ids = answer(inputs).top_k(k, mapped_only=True)[0]
         log_probs = getattr(impl.fn, "values", "logits") == "log_probs"
+        if not log_probs and torch.equal(ids, want_ids) and bitwise_equal(values, want_values):
+            return  # the whole batch at once: what the rows below would each find
         if log_probs:  # the classic log-softmax of each chosen token, over the token ids
             want_values = log_softmax_at(want_values, logits)
         for row in range(inputs.case.batch):
@@ -171,6 +173,9 @@ def check_top_k_contract(impl: Impl, inputs: Inputs, k: int) -> None:
     with repro_extra(k=k):
         ids, _ = run_top_k(impl, inputs, k, TOP_K_CONTRACT)
         tokens = is_token(inputs, ids)  # one pass over every slot, not one per slot
+        ordered = ids.sort(dim=1).values
+        if bool(tokens.all()) and not bool((ordered[:, 1:] == ordered[:, :-1]).any()):
+            return  # every slot a token, no id twice in a row: what the rows below would each find
         for row, slots in enumerate(ids.tolist()):
             if not bool(tokens[row].all()):
                 slot = int((~tokens[row]).nonzero()[0])
