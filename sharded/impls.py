@@ -22,6 +22,7 @@ BUILTINS = {**ARGMAX_BUILTINS, **TOPK_BUILTINS, **SAMPLING_BUILTINS}
 ENGINE_BUILTINS = {"trtllm_style": "engines.variants:trtllm_style", "sglang_style": "engines.variants:sglang_style"}
 _VLLM = "engines.vllm.layer"
 _SGLANG = "engines.sglang.kernels"
+_DFLASH = "engines.sglang.dflash_draft"
 OPTIONAL = {
     "triton_key": ("sharded.triton_key:triton_key", "sharded.triton_key:why_unavailable"),
     "vllm": (f"{_VLLM}:vllm_local_argmax", f"{_VLLM}:why_unavailable"),
@@ -30,6 +31,8 @@ OPTIONAL = {
     "vllm_topk_logprobs": (f"{_VLLM}:vllm_top_k_log_probs", f"{_VLLM}:why_unavailable"),
     "sglang_deferred_argmax": (f"{_SGLANG}:sglang_deferred_argmax", f"{_SGLANG}:why_unavailable"),
     "sglang_classic": (f"{_SGLANG}:sglang_classic", f"{_SGLANG}:why_unavailable"),
+    "sglang_dflash_draft_graph": (f"{_DFLASH}:sglang_dflash_draft_graph", f"{_DFLASH}:why_unavailable"),
+    "sglang_dflash_draft_eager": (f"{_DFLASH}:sglang_dflash_draft_eager", f"{_DFLASH}:why_unavailable"),
 }
 # Modules that moved, by the names committed repro files and report JSON still record (specs such as
 # ``sharded.vllm_models:Gemma4MTP[dense].get_top_tokens``): old module -> where it lives now.  A name is matched
@@ -55,6 +58,7 @@ MOVED = {
 # A moved module's old name is shipped where its new home is (not the findings' or the wheel loaders' old names).
 _SHIPPED = (
     {"tests.broken", "tests.broken_top_k", "tests.broken_sampling", "tests.broken_layouts", "engines.variants", _SGLANG}
+    | {_DFLASH}
     | {"engines.vllm.layer", "engines.vllm.models", "engines.vllm.corrected"}
     | {"engines.vllm.gumbel", "engines.vllm.dflash2_sampler", "engines.sglang.sampling"}
     | {"engines.vllm.topk_topp_triton", "engines.vllm.xpress_argmax"}

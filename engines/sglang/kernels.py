@@ -131,6 +131,12 @@ def kernel_paths(files: dict[str, str] = KERNEL_FILES) -> dict[str, Path]:
 def why_unavailable(files: dict[str, str] = KERNEL_FILES) -> str | None:
     """Why the subjects whose code is the wheel's ``files`` cannot run here (no wheel, another version, a file
     missing, no Triton, no CUDA), or None."""
+    return wheel_missing(files) or triton_env.why_unavailable(TRITON_SUBJECT)
+
+
+def wheel_missing(files: dict[str, str]) -> str | None:
+    """Why the wheel's ``files`` cannot be read here (no wheel, another version, a file missing), or None: all that
+    a subject of torch alone needs."""
     version = _installed_version()
     if version is None:
         return INSTALL_HINT
@@ -139,7 +145,7 @@ def why_unavailable(files: dict[str, str] = KERNEL_FILES) -> str | None:
     missing = sorted(set(files) - set(kernel_paths(files)))
     if missing:
         return f"sglang {version} is installed without {', '.join(files[m] for m in missing)}: {INSTALL_HINT}"
-    return triton_env.why_unavailable(TRITON_SUBJECT)
+    return None
 
 
 @dataclass(frozen=True)

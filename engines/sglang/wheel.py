@@ -29,24 +29,40 @@ def _compile_decorator(node: ast.expr) -> bool:
     return isinstance(target, ast.Attribute) and target.attr == "compile"
 
 
+def _kept_class(node: ast.ClassDef, keep: tuple[str, ...]) -> ast.ClassDef | None:
+    """``node`` whole where ``keep`` names it, a class of no base holding just the methods ``keep`` names as
+    ``Class.method`` (a worker's method, without the worker), or None."""
+    if node.name in keep:
+        return node
+    wanted = {k.partition(".")[2] for k in keep if k.startswith(f"{node.name}.")}
+    methods = [m for m in node.body if isinstance(m, ast.FunctionDef) and m.name in wanted]
+    if not methods:
+        return None
+    bare = ast.ClassDef(name=node.name, bases=[], keywords=[], body=methods, decorator_list=[], type_params=[])
+    return ast.copy_location(bare, node)
+
+
 def wheel_functions(name: str, path: Path, keep: tuple[str, ...] | None, given: dict[str, Any]) -> types.ModuleType:
     """A private module holding ``path``'s top-level statements: every one but its SGLang imports when ``keep`` is
-    None, else its non-SGLang imports and the functions named in ``keep``; SGLang's names come from ``given``."""
+    None, else its non-SGLang imports and the functions and classes named in ``keep`` (``Class.method``: that
+    method alone, in a class of no base); SGLang's names come from ``given``."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    body = []
+    body, found = [], set()
     for node in tree.body:
         if _is_sglang_import(node):
             continue
         if keep is not None:
             if isinstance(node, ast.FunctionDef) and node.name in keep:
                 node.decorator_list = [d for d in node.decorator_list if not _compile_decorator(d)]
+                found.add(node.name)
+            elif isinstance(node, ast.ClassDef) and (kept := _kept_class(node, keep)) is not None:
+                found |= {node.name} | {f"{node.name}.{m.name}" for m in kept.body if isinstance(m, ast.FunctionDef)}
+                node = kept
             elif not isinstance(node, ast.Import | ast.ImportFrom):
                 continue
         body.append(node)
-    if keep is not None:
-        found = {n.name for n in body if isinstance(n, ast.FunctionDef)}
-        if set(keep) - found:
-            raise RuntimeError(f"{path} defines no {sorted(set(keep) - found)}")
+    if keep is not None and set(keep) - found:
+        raise RuntimeError(f"{path} defines no {sorted(set(keep) - found)}")
     module_name = f"tpargmax_sglang_{SGLANG_VERSION.replace('.', '_')}_{name}"
     module = types.ModuleType(module_name)
     module.__file__ = str(path)

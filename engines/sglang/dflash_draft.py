@@ -1,0 +1,163 @@
+"""SGLang 0.5.23's DFlash draft samplers: the greedy proposals over the target's vocab-parallel LM head.
+
+A DFlash draft has no head of its own; it borrows the target's ``lm_head`` (``sglang/srt/speculative/
+dflash_worker_v2.py``), and its greedy proposals are an argmax over that head's shards, the local path of this
+project's contract.  Two samplers run here, from the installed wheel's file (:func:`engines.sglang.wheel.
+wheel_functions`: parsed, the named class and method kept, run without importing ``sglang``):
+
+* ``sglang_dflash_draft_graph``: ``_DflashDraftSampler``, the sampler captured in the draft's CUDA graph.  Per rank
+  ``torch.max`` over the base rows of its shard, the column plus the shard's first id, two
+  ``all_gather_into_tensor`` calls (values in the head's dtype, ids int64), ``argmax`` over ranks (the lowest rank
+  on equal values), the id gathered.  Its builder never takes a head with added vocabulary (it falls back to
+  eager), so the head here has none.  It reads hidden states in blocks and drops each block's first row (the
+  bonus token's): each row here follows an anchor row of zeros, in blocks of two.
+* ``sglang_dflash_draft_eager``: ``DFlashWorkerV2._greedy_sample_from_vocab_parallel_head``, the eager fallback, in
+  chunks of 256 rows, with added vocabulary (a rank's added maximum replaces its base maximum only when strictly
+  larger).  The method runs on a worker of no other state than its nine ``_draft_greedy_*`` buffers, as the worker's
+  ``__init__`` sets them; ``get_parallel().tp_group`` is the rank's group, ``is_dense_head_weight`` the wheel's
+  dtype test restated (a dense fp32/bf16/fp16 weight), and ``lm_head`` carries the shard's indices as vLLM's
+  layout gives them (``shard_indices``: base rows, padded base rows, added rows, first base id, first added id).
+
+What the adapter adds (and why it is the head's, not SGLang's): SGLang multiplies the hidden states by the shard
+with no bias, cap or scale.  The suite plants NaN and infinities through the bias, so a bias enters as one more
+feature (a column of ones beside the hidden states, the bias beside the weight): with the integer weights and the
+float32 head the head pins, every product and sum is exact, so the logits are the contract's bit for bit (measured on
+562 drawn float32 heads, and 328 float16 ones; in bfloat16, 9 of 371 differed from ``F.linear`` in a zero's sign or a
+subnormal, CPU matmuls rounding the bias's product apart, so bfloat16 is left out).  The head pins no soft cap,
+scale 1, every base id a token and no ``d2t`` (the draft borrows the target's head; SGLang maps no draft ids here).
+SGLang's group is the rank's: ``world_size``, ``rank_in_group`` and ``all_gather_into_tensor`` (every rank's tensor,
+flat in rank order) over the suite's ``all_gather``.  Nothing of SGLang is copied here.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import types
+from functools import cache
+from typing import Any
+
+import torch
+
+from engines.sglang import kernels
+from engines.sglang.wheel import wheel_functions
+from sharded.group import TPGroup
+from sharded.layout import ShardLayout
+
+FILES = {"worker": "sglang/srt/speculative/dflash_worker_v2.py"}
+KEEP = ("_DflashDraftSampler", "DFlashWorkerV2._greedy_sample_from_vocab_parallel_head")
+HEAD: dict[str, object] = {
+    "dtype": "float32",
+    "weights": "int",
+    "soft_cap": None,
+    "scale": 1.0,
+    "logits_vocab": None,
+    "d2t": "none",
+}
+GRAPH_HEAD = {**HEAD, "added": 0}
+EAGER_CHUNK = 256  # the method's default chunk_size, as the worker calls it
+DENSE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # dflash_utils._DENSE_HEAD_DTYPES
+LAYOUTS_WHY = "SGLang's ParallelLMHead cuts the vocabulary into even shards, and these samplers take every row"
+RANK: contextvars.ContextVar[Any] = contextvars.ContextVar("sglang_dflash_rank")
+
+
+def why_unavailable() -> str | None:
+    """Why the samplers cannot run here (no wheel, another version, the file missing), or None: torch alone runs
+    them, on any group, the simulated one included."""
+    return kernels.wheel_missing(FILES)
+
+
+class _Group:
+    """The members of SGLang's ``GroupCoordinator`` the samplers call, over the suite's group."""
+
+    def __init__(self, group: TPGroup) -> None:
+        self.group, self.world_size, self.rank_in_group = group, group.world_size, group.rank
+
+    def all_gather_into_tensor(self, out: torch.Tensor, tensor: torch.Tensor) -> None:
+        out.copy_(self.group.all_gather(tensor.contiguous()).reshape(out.shape))
+
+
+class _Parallel:
+    @property
+    def tp_group(self) -> _Group:
+        return RANK.get()
+
+
+@cache
+def _module() -> types.ModuleType:
+    reason = why_unavailable()
+    if reason is not None:
+        raise RuntimeError(reason)
+    given = {
+        "get_parallel": _Parallel,
+        "is_dense_head_weight": lambda weight: weight is not None and weight.dtype in DENSE_DTYPES,
+    }
+    return wheel_functions("dflash_draft", kernels.kernel_paths(FILES)["worker"], KEEP, given)
+
+
+def _with_bias(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+    """The bias as one more feature: ``[hidden | 1]`` against ``[weight | bias]`` (module docstring)."""
+    if bias is None:
+        return hidden, weight
+    ones = hidden.new_ones(hidden.shape[0], 1)
+    return torch.cat([hidden, ones], dim=1), torch.cat([weight, bias.unsqueeze(1)], dim=1)
+
+
+def _check(hidden, weight, layout: ShardLayout, soft_cap, scale, d2t) -> None:
+    if soft_cap is not None or scale != 1.0 or d2t is not None or layout.vocab != layout.org_vocab + layout.added_vocab:
+        raise ValueError(
+            "SGLang's DFlash draft samplers take the head's raw logits over every id: no soft_cap, scale 1, no d2t"
+        )
+    if weight.shape[0] != layout.size or weight.shape[1] != hidden.shape[1] or weight.dtype != hidden.dtype:
+        raise ValueError(f"shape or dtype mismatch: hidden {tuple(hidden.shape)}, weight {tuple(weight.shape)}")
+
+
+def sglang_dflash_draft_graph(hidden, weight, bias, layout: ShardLayout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """``_DflashDraftSampler`` (module docstring): each row after an anchor row it drops."""
+    _check(hidden, weight, layout, soft_cap, scale, d2t)
+    if layout.added_vocab:
+        raise ValueError("SGLang's DFlash graph sampler takes no added vocabulary (its builder falls back to eager)")
+    hidden, weight = _with_bias(hidden, weight, bias)
+    rows = hidden.shape[0]
+    sampler = _module()._DflashDraftSampler(
+        weight=weight,
+        block_size=2,
+        num_org=layout.num_real,
+        org_vocab_start=layout.start,
+        max_bs=rows,
+        tp_group=_Group(group) if group.world_size > 1 else None,
+    )
+    sampler(torch.stack([torch.zeros_like(hidden), hidden], dim=1).reshape(2 * rows, -1))
+    return sampler.out[:rows].clone()
+
+
+def sglang_dflash_draft_eager(hidden, weight, bias, layout: ShardLayout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """``DFlashWorkerV2._greedy_sample_from_vocab_parallel_head`` (module docstring)."""
+    _check(hidden, weight, layout, soft_cap, scale, d2t)
+    hidden, weight = _with_bias(hidden, weight, bias)
+    worker = _module().DFlashWorkerV2()
+    for name in ("gathered_max", "gathered_ids", "local_max", "local_arg", "best_rank", "rank_index", "selected_ids"):
+        setattr(worker, f"_draft_greedy_{name}_buf", None)
+    worker._draft_greedy_gather_cap = worker._draft_greedy_local_cap = worker._draft_greedy_index_cap = 0
+    shard = types.SimpleNamespace(
+        num_org_elements=layout.num_real,
+        num_org_elements_padded=layout.added_row,
+        num_added_elements=layout.num_added,
+        org_vocab_start_index=layout.start,
+        added_vocab_start_index=layout.added_start,
+    )
+    lm_head = types.SimpleNamespace(weight=weight, shard_indices=shard)
+    token = RANK.set(_Group(group))
+    try:
+        return worker._greedy_sample_from_vocab_parallel_head(
+            hidden_states=hidden, lm_head=lm_head, chunk_size=EAGER_CHUNK
+        )
+    finally:
+        RANK.reset(token)
+
+
+sglang_dflash_draft_graph.head = GRAPH_HEAD
+sglang_dflash_draft_eager.head = HEAD
+for _fn in (sglang_dflash_draft_graph, sglang_dflash_draft_eager):
+    _fn.needs = why_unavailable
+    _fn.packages = (kernels.DIST,)
+    _fn.layouts, _fn.layouts_why = ("diverged",), LAYOUTS_WHY
