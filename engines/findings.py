@@ -212,6 +212,7 @@ def corrected(fn: Callable[..., Any], patches: Iterable[Patch], name: str) -> Ca
             return fn(**kwargs)
 
     call.__dict__.update(fn.__dict__)  # process_bound, start, head, how, path, values: what the original declares
+    call.__wrapped__ = fn  # its signature is the original's: the keywords it takes (sharded.impls.Impl.takes_dp_rows)
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"{fn.__doc__ or fn.__name__}, with the corrections {', '.join(p.target for p in patches)}"
     return call

@@ -136,3 +136,15 @@ def test_a_layout_an_implementation_declares_it_does_not_take_is_skipped_with_it
         conftest._layout_skip(_Item("uneven"), [impl])
         == "engine:even_only takes no uneven layout: its head is cut evenly"
     )
+
+
+def test_a_corrected_subject_takes_the_keywords_of_the_subject_it_corrects():
+    """engines.findings.corrected wraps a subject in a call of any keywords: attention data parallel still skips a
+    subject whose own signature has no dp_rows, rather than handing it one."""
+    from engines.findings import corrected
+
+    def subject(*, hidden, weight, bias, layout, scale, soft_cap, d2t, group):
+        raise AssertionError("never called")
+
+    impl = Impl("engine:subject (corrected)", corrected(subject, (), "subject"))
+    assert not impl.takes_dp_rows and "takes no dp_rows keyword" in impl.refuses_layout("dp")
