@@ -6,7 +6,7 @@ import re
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reference.head import NOT_A_ROW, SHARD_RULES, row_ids, shard_widths, uneven_row_ids
@@ -118,6 +118,7 @@ def test_uneven_rules_cut_the_columns_as_the_engines_do(vocab, tp, rule, widths)
     assert shard_widths(vocab, tp, rule) == widths
 
 
+@settings(max_examples=200)  # a derivation of a few lines each side: the layout properties run it on every case too
 @given(vocab=st.integers(8, 5000), cut=st.integers(0, 7), tp=st.integers(2, 8), data=st.data())
 def test_uneven_layout_agrees_with_the_oracles_row_ids(vocab, cut, tp, data):
     """Uneven shards, two derivations: the rank code's ranges and the oracle's ids row by row."""

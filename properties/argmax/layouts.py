@@ -75,17 +75,6 @@ def one_ranks_inputs(inputs: Inputs, tokens: torch.Tensor) -> tuple[str, str] | 
     return ONE_RANKS_INPUTS, f"every token is the classic path's on rank {fits[0]}'s copy of the hidden states{every}"
 
 
-def shard_best(want: Answer, rank: int, row: int) -> int | None:
-    """The token of rank ``rank``'s shard alone on batch row ``row`` (its first maximum), or None (no tokens)."""
-    lay = want.inputs.layouts[rank]
-    ids = lay.token_ids(want.draft_logits.device)
-    if not ids.numel():
-        return None
-    values = want.draft_logits[row, ids]
-    at = int(torch.argmax(values))
-    return int(draft_targets(want.inputs)[int(ids[at])])
-
-
 def segment_rule(want: Answer, tokens: torch.Tensor, rank: int) -> tuple[str, list[str]] | None:
     """(rule, evidence) for rank ``rank``'s wrong segment of ``tokens`` (the batch's, in rank order): another
     segment's rows, or each row met other ranks' rows in a reduction of one segment; None if neither fits."""
@@ -98,12 +87,13 @@ def segment_rule(want: Answer, tokens: torch.Tensor, rank: int) -> tuple[str, li
                 f"rank {rank} returned the tokens of batch rows [{other}, {other + count}); its segment is "
                 f"[{start}, {start + count}) (rows per rank {list(counts)})"
             ]
-    lines = []
+    lines, best = [], _as_returned(want, shard_bests(want)[1])  # each shard's token alone, for every row
+    holds = [lay.num_real + lay.num_added > 0 for lay in want.inputs.layouts]
     for i in (got != expected[start : start + count]).nonzero().flatten().tolist():
         met = [
             (q, sum(counts[:q]) + i)
             for q in range(len(counts))
-            if i < counts[q] and shard_best(want, q, sum(counts[:q]) + i) == int(got[i])
+            if holds[q] and i < counts[q] and int(best[q, sum(counts[:q]) + i]) == int(got[i])
         ]
         if not met:
             return None
