@@ -52,6 +52,8 @@ def segment_trimmed(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d
     """Attention data parallel without the rows' gather: each rank reduces its own rows' shard logits, padded to
     the most rows, so row i meets the other ranks' row i (NVIDIA/TensorRT-LLM #16440: trimmed before the
     reduction, each rank picked from its own shard)."""
+    if dp_rows is None:  # every rank holds every row: nothing to trim
+        return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
     values, ids = local_best(checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap), layout)
     most = max(dp_rows)
     pad = (0, most - hidden.shape[0])
@@ -62,6 +64,8 @@ def segment_trimmed(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d
 
 def first_rows_kept(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group, dp_rows=None):
     """Gathers every rank's rows and reduces them right, then keeps the batch's first rows, not the rank's own."""
+    if dp_rows is None:
+        return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
     every = gather_rows(hidden, dp_rows, group)
     tokens = vllm_pairs(every, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
     return tokens[: dp_rows[group.rank]]
@@ -70,33 +74,34 @@ def first_rows_kept(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d
 def rows_mixed_with_ranks(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group, dp_rows=None):
     """The gathered ``[tp, rows, 2]`` pairs reshaped to ``[rows, tp, 2]`` instead of transposed (NVIDIA/TensorRT-LLM
     #7128, #7571), under attention data parallel: each row meets pairs of other rows."""
-    every = gather_rows(hidden, dp_rows, group)
+    every = hidden if dp_rows is None else gather_rows(hidden, dp_rows, group)
     values, ids = local_best(checked_shard_logits(every, weight, bias, layout, scale, soft_cap), layout)
     pairs = group.all_gather(torch.stack([values.float(), ids.float()], dim=-1))  # [tp, rows, 2]
     mixed = pairs.reshape(values.shape[0], -1, 2)
     winner = mixed[..., 0].argmax(dim=1, keepdim=True)
-    return own_rows(map_d2t(mixed[..., 1].gather(1, winner).squeeze(1).long(), d2t, layout), dp_rows, group.rank)
+    tokens = _mapped(mixed[..., 1].gather(1, winner).squeeze(1).long(), d2t, layout)
+    return tokens if dp_rows is None else own_rows(tokens, dp_rows, group.rank)
 
 
 def offset_from_own_width(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
     """Ids numbered ``local + rank * width`` with the rank's own width (NVIDIA/TensorRT-LLM #18836's review: on
     shards [501, 500], rank 1's first id is 501, not 500)."""
     values, ids = local_best(checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap), layout)
-    return _mapped(pick_pairs(values, ids - layout.start + layout.rank * layout.size, group), d2t, layout)
+    base = ids < layout.org_vocab  # added ids keep their own numbering; on even shards ``start`` is rank x width
+    offset = layout.rank * layout.added_row  # the rank's own base columns
+    return _mapped(pick_pairs(values, torch.where(base, ids - layout.start + offset, ids), group), d2t, layout)
 
 
-def gather_assumes_even_widths(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
-    """A classic gather, padded to the widest rank, read as if every rank held that many columns: rank r's column j
-    taken for id ``r * widest + j``."""
-    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
-    every = every_rank(layout)
-    wide = max(lay.size for lay in every)
-    row_ok = torch.zeros(layout.tp, wide, dtype=torch.bool)
-    for lay in every:
-        row_ok[lay.rank, lay.token_rows()] = True
-    gathered = group.all_gather(torch.nn.functional.pad(logits, (0, wide - logits.shape[1])))  # [tp, B, wide]
-    flat = gathered.masked_fill(~row_ok[:, None, :], float("-inf")).permute(1, 0, 2).reshape(logits.shape[0], -1)
-    return _mapped(flat.argmax(dim=-1), d2t, layout)
+def widest_width_assumed(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """Base ids numbered as if every rank held the widest rank's base columns, as a gather that assumes equal widths
+    reads them (rank r's column j taken for id ``r * widest + j``; nkipy #52, tt-mlir #8623's class); added ids keep
+    their own numbering, and on even shards every rank is the widest, so only uneven shards show it."""
+    values, ids = local_best(checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap), layout)
+    widest = max(lay.added_row for lay in every_rank(layout))  # a rank's base columns
+    base = ids < layout.org_vocab
+    return _mapped(
+        pick_pairs(values, torch.where(base, ids - layout.start + layout.rank * widest, ids), group), d2t, layout
+    )
 
 
 def indices_summed(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):

@@ -99,7 +99,7 @@ CATCHES = [
     (lay.test_attention_dp_rows, "first_rows_kept", f"[{rules.OTHER_SEGMENT}]"),
     (lay.test_attention_dp_rows, "rows_mixed_with_ranks", f"[{rules.ROWS_MIXED}]"),
     (lay.test_uneven_shards, "offset_from_own_width", f"[{diagnose.OFFSET_FROM_WIDTH}: "),
-    (lay.test_uneven_shards, "gather_assumes_even_widths", f"[{diagnose.EVEN_WIDTHS_ASSUMED}: "),
+    (lay.test_uneven_shards, "widest_width_assumed", f"[{diagnose.EVEN_WIDTHS_ASSUMED}: "),
     (lay.test_uneven_shards, "indices_summed", f"[{rules.INDICES_SUMMED}]"),
     (eq.test_token_exact, "indices_summed", f"[{rules.INDICES_SUMMED}]"),
 ]

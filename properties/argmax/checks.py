@@ -17,6 +17,7 @@ from groups.simulated import RankTimeout
 from groups.tasks import RankLost
 from properties.argmax.diagnosis import (
     ANOTHER_ROW,
+    NAN_NOT_MAX,
     NON_MAXIMAL,
     TIE_BY_RANK,
     TIE_HIGHER_RANK,
@@ -110,7 +111,7 @@ def check_token_exact(impl: Impl, inputs: Inputs, prop: str = TOKEN_EXACT) -> No
 
 
 # What explain() names by a row's look rather than by a model: a rule of the whole batch that fits goes first.
-FALLBACKS = (NON_MAXIMAL, TIE_IN_SHARD, TIE_HIGHER_RANK, TIE_BY_RANK, ANOTHER_ROW, "global id off by one")
+FALLBACKS = (NON_MAXIMAL, NAN_NOT_MAX, TIE_IN_SHARD, TIE_HIGHER_RANK, TIE_BY_RANK, ANOTHER_ROW, "global id off by one")
 
 
 def whole_batch_rule(impl: Impl, want, tokens: torch.Tensor, wrong: list[int], row: int) -> tuple[str, list[str]]:
@@ -147,7 +148,7 @@ def _mismatch(impl: Impl, inputs: Inputs, tokens: torch.Tensor, rows: torch.Tens
     shifted), with ``why``."""
     want = answer(inputs)
     row = lead_row(tokens, want.tokens, rows.tolist())
-    rule, lines = explain(want, row, int(tokens[row]), tokens, impl)
+    rule, lines = whole_batch_rule(impl, want, tokens, rows.tolist(), row)
     fail(f"{why}; {rule}", lines, impl, inputs, prop)
 
 

@@ -127,7 +127,7 @@ def _as_returned(want: Answer, ids: torch.Tensor) -> torch.Tensor:
 def reduction_rule(want: Answer, tokens: torch.Tensor, wrong: list[int]) -> tuple[str, list[str]] | None:
     """(rule, evidence) where a model of the pairs' reduction gives ``tokens`` on every ``wrong`` row (and differs
     from the classic path somewhere); None if none does."""
-    if want.inputs.tp < 2 or want.inputs.case.rank_ulps:
+    if want.inputs.tp < 2:  # (where the ranks' copies differ, each rank's pair is its own copy's: shard_bests)
         return None
     values, ids = shard_bests(want)
     tp, batch = values.shape
