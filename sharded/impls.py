@@ -33,6 +33,7 @@ OPTIONAL = {
     "sglang_classic": (f"{_SGLANG}:sglang_classic", f"{_SGLANG}:why_unavailable"),
     "sglang_dflash_draft_graph": (f"{_DFLASH}:sglang_dflash_draft_graph", f"{_DFLASH}:why_unavailable"),
     "sglang_dflash_draft_eager": (f"{_DFLASH}:sglang_dflash_draft_eager", f"{_DFLASH}:why_unavailable"),
+    "sglang_domino_first_ids": (f"{_DFLASH}:sglang_domino_first_ids", f"{_DFLASH}:why_unavailable"),
 }
 # Modules that moved, by the names committed repro files and report JSON still record (specs such as
 # ``sharded.vllm_models:Gemma4MTP[dense].get_top_tokens``): old module -> where it lives now.  A name is matched

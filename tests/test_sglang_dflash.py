@@ -24,13 +24,13 @@ from tests.suite import failure
 
 REASON = dflash.why_unavailable()
 needs_wheel = pytest.mark.skipif(REASON is not None, reason=REASON or "")
-GRAPH, EAGER = "sglang_dflash_draft_graph", "sglang_dflash_draft_eager"
+GRAPH, EAGER, DOMINO = "sglang_dflash_draft_graph", "sglang_dflash_draft_eager", "sglang_domino_first_ids"
 
 
 def test_without_the_wheel_the_subjects_name_the_install_command():
     if sglang._installed_version() is None:
         assert REASON == sglang.INSTALL_HINT
-        for name in (GRAPH, EAGER):
+        for name in (GRAPH, EAGER, DOMINO):
             with pytest.raises(ValueError, match="install-sglang"):
                 load_impl(name)
 
@@ -41,6 +41,8 @@ def test_the_subjects_declare_their_head_and_layouts():
         assert fn.layouts == ("diverged",) and "even shards" in fn.layouts_why
     assert dflash.sglang_dflash_draft_graph.head["added"] == 0  # its builder falls back to eager with added ids
     assert "added" not in dflash.sglang_dflash_draft_eager.head
+    domino = dflash.sglang_domino_first_ids  # logits go in as the contract computes them: any dtype, any bias
+    assert domino.head["added"] == 0 and "dtype" not in domino.head and domino.layouts == ("diverged",)
 
 
 def _found(name: str, prop) -> str:
@@ -59,18 +61,21 @@ def test_the_ranks_agree_where_their_copies_of_the_inputs_differ(name):
 
 
 @needs_wheel
+@pytest.mark.parametrize("name", [GRAPH, DOMINO])
 @pytest.mark.parametrize("case", lay.DIVERGED, ids=range(len(lay.DIVERGED)))
-def test_the_graph_sampler_agrees_and_is_exact_on_the_pinned_cases_of_divergence(case):
-    """Heads where every rank holds base ids: the graph sampler's ranks agree, and its tokens are the classic path's."""
-    impl = load_impl(GRAPH)
+def test_the_table_selects_agree_and_are_exact_on_the_pinned_cases_of_divergence(name, case):
+    """Heads where every rank holds base ids: the graph sampler's and Domino's ranks agree, and their tokens are the
+    classic path's."""
+    impl = load_impl(name)
     with changed(pinned=pinned_head([impl])):
         check_token_exact(impl, prepare(case, "sim"), lay.EXACT_DIVERGED)
 
 
 @needs_wheel
-def test_the_graph_sampler_raises_on_a_rank_without_base_ids():
+@pytest.mark.parametrize("name", [GRAPH, DOMINO])
+def test_the_table_selects_raise_on_a_rank_without_base_ids(name):
     """``torch.max`` over a shard of no base rows (a vocabulary small beside 64 * tp): IndexError, as measured."""
-    message = _found(GRAPH, eq.test_token_exact)
+    message = _found(name, eq.test_token_exact)
     assert "[raised on valid input: IndexError: max(): Expected reduction dim 1 to have non-zero size.]" in message
 
 

@@ -17,6 +17,11 @@ wheel_functions`: parsed, the named class and method kept, run without importing
   ``__init__`` sets them; ``get_parallel().tp_group`` is the rank's group, ``is_dense_head_weight`` the wheel's
   dtype test restated (a dense fp32/bf16/fp16 weight), and ``lm_head`` carries the shard's indices as vLLM's
   layout gives them (``shard_indices``: base rows, padded base rows, added rows, first base id, first added id).
+* ``sglang_domino_first_ids``: ``_domino_tp_first_ids`` (``sglang/srt/speculative/domino_utils.py``), Domino's pick of
+  a block's first token at tp > 1: the same table of per-shard ``torch.max`` pairs over the base rows of the rank's
+  local logits.  It takes logits, not a head, so the contract's logits (``sharded.local_argmax.checked_shard_logits``:
+  bias, cap and scale as rule 1 says) go in as they are, in any dtype; Domino computes its own with no cap or scale,
+  so the head pins none, nor added ids (it reads base rows only) or ``d2t``.
 
 What the adapter adds (and why it is the head's, not SGLang's): SGLang multiplies the hidden states by the shard
 with no bias, cap or scale.  The suite plants NaN and infinities through the bias, so a bias enters as one more
@@ -42,8 +47,9 @@ from engines.sglang import kernels
 from engines.sglang.wheel import wheel_functions
 from sharded.group import TPGroup
 from sharded.layout import ShardLayout
+from sharded.local_argmax import checked_shard_logits
 
-FILES = {"worker": "sglang/srt/speculative/dflash_worker_v2.py"}
+FILES = {"worker": "sglang/srt/speculative/dflash_worker_v2.py", "domino": "sglang/srt/speculative/domino_utils.py"}
 KEEP = ("_DflashDraftSampler", "DFlashWorkerV2._greedy_sample_from_vocab_parallel_head")
 HEAD: dict[str, object] = {
     "dtype": "float32",
@@ -54,6 +60,7 @@ HEAD: dict[str, object] = {
     "d2t": "none",
 }
 GRAPH_HEAD = {**HEAD, "added": 0}
+DOMINO_HEAD: dict[str, object] = {"soft_cap": None, "scale": 1.0, "added": 0, "logits_vocab": None, "d2t": "none"}
 EAGER_CHUNK = 256  # the method's default chunk_size, as the worker calls it
 DENSE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # dflash_utils._DENSE_HEAD_DTYPES
 LAYOUTS_WHY = "SGLang's ParallelLMHead cuts the vocabulary into even shards, and these samplers take every row"
@@ -92,6 +99,14 @@ def _module() -> types.ModuleType:
         "is_dense_head_weight": lambda weight: weight is not None and weight.dtype in DENSE_DTYPES,
     }
     return wheel_functions("dflash_draft", kernels.kernel_paths(FILES)["worker"], KEEP, given)
+
+
+@cache
+def _domino() -> types.ModuleType:
+    reason = why_unavailable()
+    if reason is not None:
+        raise RuntimeError(reason)
+    return wheel_functions("domino", kernels.kernel_paths(FILES)["domino"], ("_domino_tp_first_ids",), {})
 
 
 def _with_bias(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
@@ -155,9 +170,20 @@ def sglang_dflash_draft_eager(hidden, weight, bias, layout: ShardLayout, *, scal
         RANK.reset(token)
 
 
+def sglang_domino_first_ids(hidden, weight, bias, layout: ShardLayout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """``_domino_tp_first_ids`` on the rank's logits (module docstring)."""
+    _check(hidden, weight, layout, soft_cap, scale, d2t)
+    if layout.added_vocab:
+        raise ValueError("SGLang's Domino pick reads base rows only: no added vocabulary")
+    logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
+    pick = _domino()._domino_tp_first_ids
+    return pick(logits, org_vocab_start=layout.start, num_org=layout.num_real, tp_group=_Group(group))
+
+
 sglang_dflash_draft_graph.head = GRAPH_HEAD
 sglang_dflash_draft_eager.head = HEAD
-for _fn in (sglang_dflash_draft_graph, sglang_dflash_draft_eager):
+sglang_domino_first_ids.head = DOMINO_HEAD
+for _fn in (sglang_dflash_draft_graph, sglang_dflash_draft_eager, sglang_domino_first_ids):
     _fn.needs = why_unavailable
     _fn.packages = (kernels.DIST,)
     _fn.layouts, _fn.layouts_why = ("diverged",), LAYOUTS_WHY
