@@ -216,6 +216,7 @@ def pytest_configure(config: pytest.Config) -> None:
     sampling_impls = _impls(config.getoption("sampling_impl"), DEFAULT_SAMPLING_IMPLS)
     try:
         pinned = run_settings.pinned_head([*impls, *topk_impls, *sampling_impls])
+        layouts = run_settings.parse_layouts(config.getoption("layouts"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     run_settings.configure(
@@ -227,7 +228,7 @@ def pytest_configure(config: pytest.Config) -> None:
         collective_timeout=config.getoption("collective_timeout"),
         gloo_tps=_ints(config.getoption("gloo_tps") or ("2,4,8" if nightly else "2,4"), "--gloo-tps"),
         heads=config.getoption("heads"),
-        layouts=_layouts(config.getoption("layouts")),
+        layouts=layouts,
         pinned=pinned,
         repro_dir=config.getoption("repro_dir"),
         listening=bool(record or statistics),
@@ -241,16 +242,6 @@ def _impls(option: str | None, default: tuple[str, ...]) -> tuple:
         return tuple(load_impl(s) for s in dict.fromkeys(specs))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-
-
-def _layouts(text: str | None) -> tuple[str, ...]:
-    if text is None:
-        return run_settings.LAYOUTS
-    names = tuple(n.strip() for n in text.split(",") if n.strip() and n.strip() != "none")
-    unknown = sorted(set(names) - set(run_settings.LAYOUTS))
-    if unknown:
-        raise pytest.UsageError(f"--layouts: choose from {', '.join(run_settings.LAYOUTS)} or none, got {unknown}")
-    return names
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
@@ -388,14 +379,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _layout_skip(item: pytest.Item, impls: list) -> str | None:
-    """Why a layout's property does not run the implementations (--layouts, or no ``dp_rows`` keyword), or None."""
+    """Why a layout's property does not run the implementations (settings.layout_refusal), or None."""
     marker = item.get_closest_marker("layout")
-    if marker is None:
-        return None
-    name = marker.args[0]
-    if name not in run_settings.current().layouts:
-        return f"--layouts leaves out {name}"
-    return next((why for impl in impls if (why := impl.refuses_layout(name)) is not None), None)
+    return None if marker is None else run_settings.layout_refusal(marker.args[0], impls)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

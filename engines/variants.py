@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from sharded.dp_rows import gather_rows, own_rows
+from sharded.dp_rows import through_every_row
 from sharded.keys import decode_ids, encode_keys
 from sharded.layout import ShardLayout
 from sharded.local_argmax import checked_shard_logits, local_best, map_d2t
@@ -29,9 +29,8 @@ def trtllm_style(hidden, weight, bias, layout: ShardLayout, *, scale=1.0, soft_c
     """Ids from the rank offset, float32 (id, value) pairs, no padding mask; under attention data parallel, the
     rows gathered first and each rank's own segment kept."""
     if dp_rows is not None:
-        every = gather_rows(hidden, dp_rows, group)
-        tokens = trtllm_style(every, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
-        return own_rows(tokens, dp_rows, group.rank)
+        kwargs = {"scale": scale, "soft_cap": soft_cap, "d2t": d2t}
+        return through_every_row(trtllm_style, hidden, dp_rows, group, weight, bias, layout, **kwargs)
     logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
     values, local = logits.max(dim=-1)  # every row of the shard competes
     pairs = torch.stack([(local + layout.rank * layout.size).float(), values.float()], dim=-1)

@@ -173,11 +173,11 @@ EDGE_CASES = (
 )
 
 
-def with_edge_cases(test=None, **extra):
-    """Apply ``@example(case=..., **extra)`` for every pinned edge case."""
+def with_edge_cases(test=None, *, cases: tuple[Case, ...] = EDGE_CASES, **extra):
+    """Apply ``@example(case=..., **extra)`` for every pinned edge case (``cases``: a layout's own)."""
     if test is None:
-        return lambda fn: with_edge_cases(fn, **extra)
-    for case in reversed(EDGE_CASES):
+        return lambda fn: with_edge_cases(fn, cases=cases, **extra)
+    for case in reversed(cases):
         test = example(case=case, **extra)(test)
     return test
 

@@ -15,14 +15,14 @@ attention data parallel, saying so.
 from __future__ import annotations
 
 import pytest
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from properties.argmax.checks import check_token_exact, run_checked
 from properties.argmax.top_k import check_top_k_exact
 from properties.cases.case import Case
 from properties.harness.runner import prepare
-from properties.strategies import MAX_K, layout_cases
+from properties.strategies import MAX_K, layout_cases, with_edge_cases
 
 RANKS_AGREE = "ranks agree: every rank returns the same tokens, whatever its copy of the inputs"
 EXACT_DIVERGED = "exact under divergence: the classic path's token on the logits each rank computed for its shard"
@@ -47,33 +47,22 @@ UNEVEN = (
 )
 
 
-def pinned(cases: tuple[Case, ...], **extra):
-    """``@example`` for each of ``cases``: the layout's edge cases, run before the drawn ones."""
-
-    def apply(test):
-        for case in reversed(cases):
-            test = example(case=case, **extra)(test)
-        return test
-
-    return apply
-
-
 @pytest.mark.layout("diverged")
-@pinned(DIVERGED)
+@with_edge_cases(cases=DIVERGED)
 @given(case=layout_cases("diverged"))
 def test_ranks_agree(impl, backend, case):
     run_checked(impl, prepare(case, backend), RANKS_AGREE)
 
 
 @pytest.mark.layout("diverged")
-@pinned(DIVERGED)
+@with_edge_cases(cases=DIVERGED)
 @given(case=layout_cases("diverged"))
 def test_exact_under_divergence(impl, backend, case):
     check_token_exact(impl, prepare(case, backend), EXACT_DIVERGED)
 
 
 @pytest.mark.layout("dp")
-@pinned(DP)
+@with_edge_cases(cases=DP)
 @given(case=layout_cases("dp"))
 def test_attention_dp_rows(impl, backend, case):
     check_token_exact(impl, prepare(case, backend), DP_EXACT)
@@ -81,7 +70,7 @@ def test_attention_dp_rows(impl, backend, case):
 
 @pytest.mark.own_head
 @pytest.mark.layout("uneven")
-@pinned(UNEVEN)
+@with_edge_cases(cases=UNEVEN)
 @given(case=layout_cases("uneven"))
 def test_uneven_shards(impl, backend, case):
     check_token_exact(impl, prepare(case, backend), UNEVEN_EXACT)
@@ -89,7 +78,7 @@ def test_uneven_shards(impl, backend, case):
 
 @pytest.mark.own_head
 @pytest.mark.layout("uneven")
-@pinned(UNEVEN, k=4)
+@with_edge_cases(cases=UNEVEN, k=4)
 @given(case=layout_cases("uneven"), k=st.integers(1, MAX_K))
 def test_top_k_uneven_shards(topk_impl, backend, case, k):
     inputs = prepare(case, backend)

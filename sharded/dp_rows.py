@@ -33,6 +33,13 @@ def gather_rows(hidden: torch.Tensor, dp_rows: tuple[int, ...], group: TPGroup) 
     return torch.cat([every[rank, :count] for rank, count in enumerate(dp_rows)])
 
 
+def through_every_row(fn, hidden: torch.Tensor, dp_rows: tuple[int, ...], group: TPGroup, *args, **kwargs):
+    """``fn(every rank's rows, *args, group=group, **kwargs)``, and this rank's own rows of what it returns: a path of
+    one batch on every rank, under attention data parallel."""
+    tokens = fn(gather_rows(hidden, dp_rows, group), *args, group=group, **kwargs)
+    return own_rows(tokens, dp_rows, group.rank)
+
+
 def own_rows(tokens: torch.Tensor, dp_rows: tuple[int, ...], rank: int) -> torch.Tensor:
     """This rank's segment of the whole batch's ``tokens``."""
     start = sum(dp_rows[:rank])

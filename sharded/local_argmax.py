@@ -11,7 +11,7 @@ import torch
 
 from reference.checks import check_d2t, check_float_ids, check_head, check_scale
 from reference.logits import head_logits
-from sharded.dp_rows import gather_rows, own_rows
+from sharded.dp_rows import through_every_row
 from sharded.group import TPGroup
 from sharded.keys import decode_ids, encode_keys
 from sharded.layout import ShardLayout, every_rank
@@ -110,9 +110,9 @@ def _implementation(name: str):
 
     def impl(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group, dp_rows=None):
         if dp_rows is not None:  # attention data parallel: every rank's rows through the head, each keeps its own
-            every = gather_rows(hidden, dp_rows, group)
-            tokens = impl(every, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
-            return own_rows(tokens, dp_rows, group.rank)
+            return through_every_row(
+                impl, hidden, dp_rows, group, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t
+            )
         logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
         return map_d2t(reduce(logits, layout, group), d2t, layout)
 

@@ -90,23 +90,19 @@ class _Parallel:
 
 
 @cache
-def _module() -> types.ModuleType:
+def _loaded(file: str) -> types.ModuleType:
+    """The wheel's ``file`` (a key of :data:`FILES`) with what the subjects keep of it."""
     reason = why_unavailable()
     if reason is not None:
         raise RuntimeError(reason)
+    path = kernels.kernel_paths(FILES)[file]
+    if file == "domino":  # imports torch alone
+        return wheel_functions("domino", path, ("_domino_tp_first_ids",), {})
     given = {
         "get_parallel": _Parallel,
         "is_dense_head_weight": lambda weight: weight is not None and weight.dtype in DENSE_DTYPES,
     }
-    return wheel_functions("dflash_draft", kernels.kernel_paths(FILES)["worker"], KEEP, given)
-
-
-@cache
-def _domino() -> types.ModuleType:
-    reason = why_unavailable()
-    if reason is not None:
-        raise RuntimeError(reason)
-    return wheel_functions("domino", kernels.kernel_paths(FILES)["domino"], ("_domino_tp_first_ids",), {})
+    return wheel_functions("dflash_draft", path, KEEP, given)
 
 
 def _with_bias(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
@@ -133,7 +129,7 @@ def sglang_dflash_draft_graph(hidden, weight, bias, layout: ShardLayout, *, scal
         raise ValueError("SGLang's DFlash graph sampler takes no added vocabulary (its builder falls back to eager)")
     hidden, weight = _with_bias(hidden, weight, bias)
     rows = hidden.shape[0]
-    sampler = _module()._DflashDraftSampler(
+    sampler = _loaded("worker")._DflashDraftSampler(
         weight=weight,
         block_size=2,
         num_org=layout.num_real,
@@ -149,7 +145,7 @@ def sglang_dflash_draft_eager(hidden, weight, bias, layout: ShardLayout, *, scal
     """``DFlashWorkerV2._greedy_sample_from_vocab_parallel_head`` (module docstring)."""
     _check(hidden, weight, layout, soft_cap, scale, d2t)
     hidden, weight = _with_bias(hidden, weight, bias)
-    worker = _module().DFlashWorkerV2()
+    worker = _loaded("worker").DFlashWorkerV2()
     for name in ("gathered_max", "gathered_ids", "local_max", "local_arg", "best_rank", "rank_index", "selected_ids"):
         setattr(worker, f"_draft_greedy_{name}_buf", None)
     worker._draft_greedy_gather_cap = worker._draft_greedy_local_cap = worker._draft_greedy_index_cap = 0
@@ -176,7 +172,7 @@ def sglang_domino_first_ids(hidden, weight, bias, layout: ShardLayout, *, scale=
     if layout.added_vocab:
         raise ValueError("SGLang's Domino pick reads base rows only: no added vocabulary")
     logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
-    pick = _domino()._domino_tp_first_ids
+    pick = _loaded("domino")._domino_tp_first_ids
     return pick(logits, org_vocab_start=layout.start, num_org=layout.num_real, tp_group=_Group(group))
 
 

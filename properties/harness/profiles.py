@@ -33,6 +33,17 @@ from hypothesis import HealthCheck, settings
 from properties.harness.example_db import example_database
 
 E2E_SHARE = 0.01  # vLLM's engine end to end (--e2e): an example reloads an engine's weights and generates (0.2 to 4 s)
+# The layouts beyond one even split (properties/test_layouts.py): the token properties search the values at full budget
+# on the even layout; these search the layout, whose faults show on most cases.  Exactness under divergence checks
+# agreement first, so ranks agreeing alone restates it.  On a process group their share alone, without the floor
+# (what real collectives add there, unequal shapes above all, shows on their pinned cases).
+LAYOUT_SHARE = {
+    "test_ranks_agree": 0.0625,
+    "test_exact_under_divergence": 0.125,
+    "test_attention_dp_rows": 0.125,
+    "test_uneven_shards": 0.125,
+    "test_top_k_uneven_shards": 0.125,
+}
 CI_EXAMPLES = 800  # 300 from issue 31 to 39 (360 from 18 to 30); 240 missed tests.broken:inf_ties_by_rank
 BACKEND_SHARE = {"sim": 1.0, "gloo": 1 / 16, "torchrun": 1 / 16}  # 50 of 800: 1/6 of 300 before
 PROCESS_GROUPS = ("gloo", "torchrun")
@@ -58,14 +69,7 @@ PROPERTY_SHARE = {
     "test_top1_is_the_argmax_token": 0.25,
     # every example is the same situation (each row all -inf, d2t shifting id 0): sizes and tp vary, little else
     "test_all_neg_inf_row_with_offset_d2t": 0.25,
-    # the layouts beyond one even split (properties/test_layouts.py): the token properties search the values at full
-    # budget on the even layout; these search the layout, whose faults show on most cases.  Exactness under
-    # divergence checks agreement first, so ranks agreeing alone restates it
-    "test_ranks_agree": 0.0625,
-    "test_exact_under_divergence": 0.125,
-    "test_attention_dp_rows": 0.125,
-    "test_uneven_shards": 0.125,
-    "test_top_k_uneven_shards": 0.125,
+    **LAYOUT_SHARE,
     # vLLM's engine end to end, on one to four engines an example: 8 examples per engine and property under ci
     **dict.fromkeys(("test_draft_tokens", "test_lossless", "test_same_drafts", "test_exact_acceptance"), E2E_SHARE),
 }
@@ -83,12 +87,6 @@ SAMPLER_SHARE = {
 }
 SAMPLER_BUDGET = 3 / 8
 PROCESS_GROUP_FLOOR = 0.5  # of a process group's budget: what it adds (processes, pickling) shows on any example
-# The layouts' properties search the layout, not the values: on a process group their share alone, without the floor
-# (what real collectives add there, unequal shapes above all, shows on their pinned cases)
-LAYOUT_PROPERTIES = frozenset(
-    ("test_ranks_agree", "test_exact_under_divergence", "test_attention_dp_rows", "test_uneven_shards")
-    + ("test_top_k_uneven_shards",)
-)
 SAMPLER_BACKEND_SHARE = {"sim": 1.0, "gloo": 1 / 6, "torchrun": 1 / 6}
 
 
@@ -104,7 +102,7 @@ def budget(test: str, backend: str | None, max_examples: int = CI_EXAMPLES) -> i
     an argmax property runs at least half the backend's budget (25 of 50 under ci), as before issue 40."""
     floor = (
         0
-        if test in SAMPLER_SHARE or test in LAYOUT_PROPERTIES
+        if test in SAMPLER_SHARE or test in LAYOUT_SHARE
         else (round(max_examples * BACKEND_SHARE[backend] * PROCESS_GROUP_FLOOR) if backend in PROCESS_GROUPS else 0)
     )
     return max(1, floor, round(max_examples * share(test, backend)))

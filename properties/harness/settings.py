@@ -67,6 +67,25 @@ def changed(**changes: Any) -> Iterator[Settings]:
         _CURRENT.reset(token)
 
 
+def parse_layouts(text: str | None) -> tuple[str, ...]:
+    """``--layouts``' names (comma-separated, or ``none``); None: every layout.  A ValueError names an unknown one."""
+    if text is None:
+        return LAYOUTS
+    names = tuple(n.strip() for n in text.split(",") if n.strip() and n.strip() != "none")
+    unknown = sorted(set(names) - set(LAYOUTS))
+    if unknown:
+        raise ValueError(f"--layouts: choose from {', '.join(LAYOUTS)} or none, got {unknown}")
+    return names
+
+
+def layout_refusal(name: str, impls: list[Impl]) -> str | None:
+    """Why a property of the layout ``name`` does not run ``impls``: this run's ``--layouts`` leaves it out, or an
+    implementation does not take it (``Impl.refuses_layout``); None where it runs."""
+    if name not in current().layouts:
+        return f"--layouts leaves out {name}"
+    return next((why for impl in impls if (why := impl.refuses_layout(name)) is not None), None)
+
+
 def pinned_head(impls: list[Impl]) -> Mapping[str, object]:
     """The head every case takes: the one the implementations under test were built for (model classes), if any."""
     fixed = {tuple(sorted(impl.head.items())): impl for impl in impls if impl.head}
