@@ -14,6 +14,7 @@ TPU_INFERENCE_VERSION = "0.32.0"
 # scripts lie in the folder PAGE/.
 VLLM_PAGE = f"docs/conformance/vllm-{VLLM_VERSION}"
 TPU_INFERENCE_PAGE = f"docs/conformance/tpu-inference-{TPU_INFERENCE_VERSION}"
+SGLANG_PAGE = f"docs/conformance/sglang-{SGLANG_VERSION}"
 SAMPLING_PAGE = "docs/conformance/sampling"  # the engines' samplers, side by side
 
 

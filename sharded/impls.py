@@ -59,7 +59,7 @@ MOVED = {
 # A moved module's old name is shipped where its new home is (not the findings' or the wheel loaders' old names).
 _SHIPPED = (
     {"tests.broken", "tests.broken_top_k", "tests.broken_sampling", "tests.broken_layouts", "engines.variants", _SGLANG}
-    | {_DFLASH}
+    | {_DFLASH, "engines.sglang.dp_lm_head", "engines.sglang.fixes"}
     | {"engines.vllm.layer", "engines.vllm.models", "engines.vllm.corrected"}
     | {"engines.vllm.gumbel", "engines.vllm.dflash2_sampler", "engines.sglang.sampling"}
     | {"engines.vllm.topk_topp_triton", "engines.vllm.xpress_argmax"}

@@ -13,6 +13,7 @@ import pytest
 
 from engines import sampling_page
 from engines.findings import failure_key
+from engines.sglang import findings as sglang_findings
 from engines.tpu_inference import findings as tpu_inference_findings
 from engines.vllm import release_0_33_0, release_0_33_0_sampling
 from engines.vllm.findings import FINDINGS, PAGE
@@ -26,6 +27,7 @@ PAGES = {
     sampling_page.PAGE: sampling_page.FINDINGS,
     release_0_33_0_sampling.PAGE: release_0_33_0_sampling.FINDINGS,
     tpu_inference_findings.PAGE: tpu_inference_findings.FINDINGS,
+    sglang_findings.PAGE: sglang_findings.FINDINGS,
 }
 
 

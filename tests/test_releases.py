@@ -52,7 +52,13 @@ def test_each_release_has_its_page_findings_and_repro_folder(monkeypatch, instal
     else:
         assert title.endswith(f", with vLLM {release}") and repro == f"repro/sampling-vllm-{release}"
         assert findings == SAMPLING_VLLM_FINDINGS[release] and "vllm" in packages
-    assert report.page_spec("tpu-inference") == report.PAGES["tpu-inference"]  # the TPU page does not follow vLLM
+    for page in ("tpu-inference", "sglang"):  # nor do the TPU and SGLang pages
+        assert report.page_spec(page) == report.PAGES[page]
+
+
+def test_rows_are_selected_by_part_of_their_name_or_by_one_name_exactly():
+    assert report.selected("vllm (corrected)", ["vllm"]) and report.selected("vllm (corrected)", ["=vllm (corrected)"])
+    assert report.selected("vllm", ["=vllm"]) and not report.selected("vllm_topk", ["=vllm", "corrected"])
 
 
 def test_a_release_the_suite_does_not_know_is_refused_before_anything_runs(monkeypatch, capsys):

@@ -11,7 +11,7 @@ import sys
 from functools import cache
 
 import tpargmax  # noqa: F401 - puts the checkout on sys.path
-from engines.versions import SGLANG_VERSION, TPU_INFERENCE_PAGE, TPU_INFERENCE_VERSION, VLLM_VERSION
+from engines.versions import SGLANG_PAGE, SGLANG_VERSION, TPU_INFERENCE_PAGE, TPU_INFERENCE_VERSION, VLLM_VERSION
 from sharded import quiet_numpy_notice
 
 
@@ -168,15 +168,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rpt.add_argument(
         "--page",
-        choices=("vllm", "sampling", "tpu-inference"),
+        choices=("vllm", "sampling", "tpu-inference", "sglang"),
         default="vllm",
         help="which page: vLLM's argmax and top-k, for the installed vLLM release (default), the engines' samplers "
-        f"(docs/conformance/sampling.md), or tpu-inference's sampler ({TPU_INFERENCE_PAGE}.md)",
+        f"(docs/conformance/sampling.md), tpu-inference's sampler ({TPU_INFERENCE_PAGE}.md), or SGLang's argmax and "
+        f"greedy picks ({SGLANG_PAGE}.md)",
     )
     rpt.add_argument("--out", help="write the Markdown page here, and its JSON beside it (default: print)")
     rpt.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     rpt.add_argument("--render", metavar="JSON", help="render a saved report's JSON as the page; run nothing")
-    rpt.add_argument("--rows", nargs="+", help="only the rows whose name contains one of these")
+    rpt.add_argument(
+        "--rows", nargs="+", help="only the rows whose name contains one of these (=NAME: the row of that name alone)"
+    )
     rpt.add_argument(
         "--merge",
         metavar="JSON",

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.versions import (
+    SGLANG_VERSION,
     TPU_INFERENCE_VERSION,
     VLLM_RELEASES,
     VLLM_VERSION,
@@ -40,6 +41,8 @@ from properties.harness.profiles import BACKEND_SHARE
 from tpargmax import findings_page, release_changes, report_e2e
 from tpargmax.report_json import read_report
 from tpargmax.report_page import render
+from tpargmax.report_sglang import FINDINGS as SGLANG_FINDINGS
+from tpargmax.report_sglang import sglang_runs
 from tpargmax.report_subjects import (
     FINDINGS,
     SAMPLING_FINDINGS,
@@ -74,8 +77,14 @@ PAGES = {
         f"repro/tpu-inference-{TPU_INFERENCE_VERSION}",
         ("jax", "jaxlib", "tpu-inference"),
     ),
+    "sglang": (
+        f"SGLang {SGLANG_VERSION} under test",
+        SGLANG_FINDINGS,
+        f"repro/sglang-{SGLANG_VERSION}",
+        ("triton", "sglang"),
+    ),
 }
-RUNS = {"sampling": sampling_runs, "tpu-inference": tpu_inference_runs}
+RUNS = {"sampling": sampling_runs, "tpu-inference": tpu_inference_runs, "sglang": sglang_runs}
 
 
 def page_spec(page: str) -> tuple[str, str, str, tuple[str, ...]]:
@@ -238,8 +247,7 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
         runs = [
             r
             for r in (
-                replace(run, subjects=tuple(s for s in run.subjects if any(p in s.label for p in args.rows)))
-                for run in runs
+                replace(run, subjects=tuple(s for s in run.subjects if selected(s.label, args.rows))) for run in runs
             )
             if r.subjects
         ]
@@ -301,6 +309,11 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
         )
     log(f"done in {time.monotonic() - started:.0f} s")
     return data
+
+
+def selected(label: str, rows: list[str]) -> bool:
+    """Whether ``--rows`` selects the row: its name contains one of ``rows``, or is one written ``=NAME``."""
+    return any(label == p[1:] if p.startswith("=") else p in label for p in rows)
 
 
 def beside(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ FINDINGS = (
     "engines.tpu_inference_findings:FINDINGS",
     "engines.vllm.release_0_33_0:FINDINGS",
     "engines.vllm.release_0_33_0_sampling:FINDINGS",
+    "engines.sglang.findings:FINDINGS",
 )
 OUTCOMES = ("passed", "failed", "skipped")
 OPTIONS = ("--impl", "--topk-impl", "--sampling-impl")

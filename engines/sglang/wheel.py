@@ -23,6 +23,14 @@ def _is_sglang_import(node: ast.stmt) -> bool:
     return isinstance(node, ast.Import) and any(a.name.split(".")[0] == "sglang" for a in node.names)
 
 
+def _imports(node: ast.stmt, packages: tuple[str, ...]) -> bool:
+    """``import numpy as np`` and the like, for a package of ``packages``."""
+    names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+    if isinstance(node, ast.ImportFrom):
+        names = [node.module or ""]
+    return any(n.split(".")[0] in packages for n in names)
+
+
 def _compile_decorator(node: ast.expr) -> bool:
     """``@torch.compile(...)``: dropped (SGLang's functions run eagerly here)."""
     target = node.func if isinstance(node, ast.Call) else node
@@ -42,14 +50,17 @@ def _kept_class(node: ast.ClassDef, keep: tuple[str, ...]) -> ast.ClassDef | Non
     return ast.copy_location(bare, node)
 
 
-def wheel_functions(name: str, path: Path, keep: tuple[str, ...] | None, given: dict[str, Any]) -> types.ModuleType:
+def wheel_functions(
+    name: str, path: Path, keep: tuple[str, ...] | None, given: dict[str, Any], drop: tuple[str, ...] = ()
+) -> types.ModuleType:
     """A private module holding ``path``'s top-level statements: every one but its SGLang imports when ``keep`` is
     None, else its non-SGLang imports and the functions and classes named in ``keep`` (``Class.method``: that
-    method alone, in a class of no base); SGLang's names come from ``given``."""
+    method alone, in a class of no base); SGLang's names come from ``given``.  Imports of the packages in ``drop``
+    (NumPy, which the kept code never calls) are left out too."""
     tree = ast.parse(path.read_text(), filename=str(path))
     body, found = [], set()
     for node in tree.body:
-        if _is_sglang_import(node):
+        if _is_sglang_import(node) or _imports(node, drop):
             continue
         if keep is not None:
             if isinstance(node, ast.FunctionDef) and node.name in keep:

@@ -1,0 +1,166 @@
+"""What SGLang 0.5.23's failures on ``docs/conformance/sglang-0.5.23.md`` come from.
+
+Every failure on the page is claimed by its key (:func:`engines.findings.failure_key`); ``tests/test_findings.py``
+checks that each is claimed once and no claim is stale.  The lines are from the ``sglang==0.5.23`` wheel.
+"""
+
+from __future__ import annotations
+
+from engines.findings import Cause, Findings
+from engines.versions import SGLANG_PAGE as PAGE
+from engines.versions import SGLANG_VERSION
+
+ROW_ARGMAX = "sglang/kernels/ops/sampling/softcap_row_argmax.py"
+WORKER = "sglang/srt/speculative/dflash_worker_v2.py"
+DOMINO = "sglang/srt/speculative/domino_utils.py"
+LOGITS = "sglang/srt/layers/logits_processor.py"
+DEFERRED = "engines_sglang_kernels_sglang_deferred_argmax"
+GRAPH = "engines_sglang_dflash_draft_sglang_dflash_draft_graph"
+EAGER = "engines_sglang_dflash_draft_sglang_dflash_draft_eager"
+FIRST_IDS = "engines_sglang_dflash_draft_sglang_domino_first_ids"
+DP_HEAD = "engines_sglang_dp_lm_head_sglang_dp_lm_head_argmax"
+PROPERTIES = (  # in the page's order: each failed at its first example, the head of one token at tp 2
+    "test_token_exact",
+    "test_output_contract",
+    "test_tp_invariance",
+    "test_row_independence",
+    "test_determinism",
+    "test_ranks_agree",
+    "test_exact_under_divergence",
+)
+
+CAUSES = (
+    Cause(
+        id="S1",
+        title="the deferred argmax never returns a NaN logit; SGLang's classic path does",
+        where=f"{ROW_ARGMAX}, `softcap_row_argmax`'s kernel",
+        severity="unreached",
+        reaches="every request whose capped logits hold a NaN, on DFlash v2's target verify when every request is "
+        "greedy (`LogitsProcessor.deferred_argmax`); `torch.argmax` on the gathered logits returns the NaN",
+        evidence=(
+            f'{ROW_ARGMAX}:20: best_val = -float("inf")',
+            f"{ROW_ARGMAX}:30: block_val, block_idx = tl.max(",
+            f"{ROW_ARGMAX}:33: take = block_val > best_val",
+        ),
+        why="The running best starts at -inf and a block of 4096 columns is kept only if `block_val > best_val`, "
+        "which is false for a NaN: a NaN never becomes a rank's best, and the gather over ranks never sees one. The "
+        "block reduction (`tl.max(..., return_indices=True)`) is not NaN-aware either. The contract (and "
+        "`torch.argmax`) ranks a NaN above every number. Smallest row: `[1.0, nan, 3.0, -2.0]`, where the kernel "
+        "returns id 2 and `torch.argmax` id 1 (the script). These runs are Triton's CPU interpreter's (no GPU was "
+        "lent); `scripts/gpu_check` records the kernel on CUDA in gpu.md.",
+        failures=(f"TRITON_INTERPRET=1 test_token_exact-{DEFERRED}-gloo-6b4eb52744",),
+        script=f"{PAGE}/nan_row_argmax.py",
+    ),
+    Cause(
+        id="S2",
+        title="a rank whose shard holds no base ids fails the greedy pick: `torch.max` over no columns raises",
+        where=f"{WORKER}, `_DflashDraftSampler.__call__`; {DOMINO}, `_domino_tp_first_ids`",
+        severity="error",
+        reaches="a vocabulary smaller than (tp - 1) x the padded shard width (64 x tp padding), so only toy "
+        "vocabularies: DFlash's draft sampler in its CUDA graph and Domino's first token at tp > 1",
+        evidence=(
+            f"{WORKER}:198: torch.max(logits, dim=-1, out=(local_max, local_arg))",
+            f"{DOMINO}:44: local_max, local_arg = torch.max(local_logits[:, :num_org], dim=-1)",
+        ),
+        why="Each rank reduces its base columns `[:num_org]` with `torch.max`; on a rank past the last base id "
+        "`num_org` is 0, and `torch.max` over an empty dimension raises `IndexError: max(): Expected reduction dim "
+        "1 to have non-zero size.` The contract gives every row a token whatever the layout: such a rank has no "
+        "candidate, and the others decide. Every property's first failure here is this one (the shrunk head: "
+        "one token at tp 2); on the suite's pinned heads where every rank holds a base id, both return the classic "
+        "path's tokens, NaN, signed zeros and ties across ranks included (`tests/test_sglang_dflash.py`).",
+        failures=tuple(
+            f"{test}-{subject}-gloo-{digest}"
+            for subject, runs in (
+                (
+                    GRAPH,
+                    ("e1e18d8d81", "7def325cd4", "2b75ac084a", "b40795f25e", "45295f93f9", "448864539a", "02f2072d39"),
+                ),
+                (
+                    FIRST_IDS,
+                    ("2ca22629ba", "f1d5571cdc", "8d9620db71", "8541030b8d", "d302a73713", "aa5e7de29f", "f88d73b8bd"),
+                ),
+            )
+            for test, digest in zip(PROPERTIES, runs, strict=True)
+        ),
+        script=f"{PAGE}/greedy_paths.py",
+        correction="`engines.sglang.fixes:base_pair`: a rank without base ids offers -inf at its first id, which "
+        "loses every tie to a lower rank",
+    ),
+    Cause(
+        id="S3",
+        title="the eager draft sampler breaks a tie across ranks by rank: with added ids, a lower rank's added id "
+        "beats a higher rank's smaller base id",
+        where=f"{WORKER}, `DFlashWorkerV2._greedy_sample_from_vocab_parallel_head`",
+        severity="unreached",
+        reaches="DFlash's eager draft sampler on a head with added vocabulary (LoRA or added tokens) at tp > 1, "
+        "on rows where an added id and a base id share the maximum",
+        evidence=(f"{WORKER}:1806: torch.argmax(gathered_max, dim=0, out=best_rank)",),
+        why="The gathered table holds one (max, id) pair per rank, and `torch.argmax` over ranks takes the first "
+        "maximum, the lowest rank. Without added ids that is the smallest id (shards are contiguous and "
+        "ascending); each rank's added ids come after every base id, so rank 0's added id 1015 beats rank 1's "
+        "base id 582 at an equal logit, where the contract (and `torch.argmax` over the vocabulary) takes 582.",
+        failures=(f"test_token_exact-{EAGER}-gloo-0f378eef3f",),
+        script=f"{PAGE}/greedy_paths.py",
+        correction="`engines.sglang.fixes:smallest_id_select`: the largest value over ranks, NaN first, the "
+        "smallest id among equal values",
+    ),
+    Cause(
+        id="S4",
+        title="the eager draft sampler returns a padding id on an all -inf row: a rank without base ids offers the "
+        "dtype's lowest finite value, which beats -inf",
+        where=f"{WORKER}, `DFlashWorkerV2._greedy_sample_from_vocab_parallel_head`",
+        severity="unreached",
+        reaches="DFlash's eager draft sampler at tp > 1 where a rank's shard holds no base ids (toy vocabularies) "
+        "and a row's logits are all -inf (a fully masked row)",
+        evidence=(
+            f"{WORKER}:1716: torch.finfo(weight_dtype).min,",
+            f"{WORKER}:1750: global_ids[~is_base] = added_vocab_start + (",
+        ),
+        why="Without base ids the rank's candidate is `finfo.min` at local row 0, not -inf: on a row that is -inf "
+        "everywhere it is the largest value of the table, and it wins. Its local row 0 is not an added row, so the "
+        "id mapped from it, `added_vocab_start + (0 - num_org_padded)`, is a padding row's id (or another rank's "
+        "id) that no token has. This run's examples (tp 2 and 4 on gloo) drew no such row; the script shows it, and "
+        "a run at tp 8 found it as a tie to the higher rank (`Case(batch=63, hidden=6, vocab=105, tp=8, added=175, "
+        "seed=61577, bias=True, ties=('whole_row', 'added_max'), specials=('neg_inf_rows',))`: 257, an id of rank "
+        "6).",
+        failures=(),
+        script=f"{PAGE}/greedy_paths.py",
+        correction="`engines.sglang.fixes:base_pair`: a rank without base ids offers -inf",
+    ),
+    Cause(
+        id="S5",
+        title="the DP-attention head's gather sizes each shard as vocab / tp: a vocabulary whose shards carry "
+        "padding fails the collective",
+        where=f"{LOGITS}, `LogitsProcessor._gather_attn_tp_logits`",
+        severity="error",
+        reaches="`--enable-dp-lm-head` (attention data parallelism) with a model whose `config.vocab_size` is not "
+        "a multiple of 64 (and of 64 x tp where tp does not divide it): the head pads its shards and every step's "
+        "gather refuses them; the common vocabularies (32000, 128256, 151936, 262144) carry no padding",
+        evidence=(
+            f"{LOGITS}:1245: if self.vocab_size % self.attn_tp_size == 0:",
+            f"{LOGITS}:1250: self.vocab_size // self.attn_tp_size,",
+            f"{LOGITS}:1267: list(global_logits.tensor_split(self.attn_tp_size, dim=-1)),",
+        ),
+        why="Each rank's logits are its padded shard, `num_embeddings_per_partition` columns, but the method sizes "
+        "what it gathers from the unpadded `config.vocab_size`: `[tp, rows, vocab // tp]` where tp divides the "
+        "vocabulary, else `tensor_split` pieces of `ceil` or `floor(vocab / tp)` columns. Only a vocabulary with no "
+        "padding at all fits; otherwise `all_gather_into_tensor` (250 ids at tp 2: 2 x 128 columns into 2 x 125) or "
+        "`all_gather` (255 ids: outputs of 128 and 127 columns for inputs of 128) refuses the tensors. The "
+        "contract's logits drop padding after the gather. Where no shard carries padding the tokens are the "
+        "classic path's (`tests/test_sglang_dp_lm_head.py`).",
+        failures=tuple(
+            f"{test}-{DP_HEAD}-gloo-{digest}"
+            for test, digest in zip(
+                PROPERTIES,
+                ("15ee207cbe", "8cf01cefc9", "313fb5c781", "d74094eed0", "b19c0aaba8", "8ebb5770e2", "fa1a090056"),
+                strict=True,
+            )
+        ),
+        script=f"{PAGE}/greedy_paths.py",
+        correction="`engines.sglang.dp_lm_head:sglang_dp_lm_head_argmax_corrected` gathers every shard whole, at "
+        "its own width, and drops the padding columns after",
+    ),
+)
+
+FINDINGS = Findings(engine=f"SGLang {SGLANG_VERSION}", page=PAGE, causes=CAUSES)
+__all__ = ["CAUSES", "FINDINGS"]

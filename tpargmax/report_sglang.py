@@ -1,0 +1,87 @@
+"""SGLang's page (``tpargmax report --page sglang``): its shipped GPU local argmax beside its classic path, and its
+greedy speculative picks (DFlash's draft samplers, Domino's first token), each greedy pick beside the same pick with
+the project's corrections (:mod:`engines.sglang.fixes`).  One run per head, as the subjects fix different ones."""
+
+from __future__ import annotations
+
+from engines.versions import SGLANG_VERSION
+from tpargmax.report_subjects import CORRECTED_KIND, Run, Subject
+
+FINDINGS = "engines.sglang.findings:FINDINGS"
+KERNELS, DRAFT, FIXES = "engines.sglang.kernels", "engines.sglang.dflash_draft", "engines.sglang.fixes"
+DP_HEAD = "engines.sglang.dp_lm_head"
+KIND = f"SGLang {SGLANG_VERSION}"
+# the greedy picks: the subject's module and name, where in the wheel, its correction's module and what it changes
+PICKS = (
+    (
+        DRAFT,
+        "sglang_dflash_draft_graph",
+        "_DflashDraftSampler (DFlash's draft sampler in its CUDA graph): per-shard torch.max, the gathered table's "
+        "first maximum over ranks",
+        FIXES,
+        "a rank without base ids offers -inf (S2)",
+    ),
+    (
+        DRAFT,
+        "sglang_dflash_draft_eager",
+        "DFlashWorkerV2._greedy_sample_from_vocab_parallel_head (its eager fallback): base and added maxima, the "
+        "gathered table's first maximum over ranks",
+        FIXES,
+        "a rank without base ids offers -inf (S2, S4), equal values go to the smallest id (S3), a NaN added maximum "
+        "counts",
+    ),
+    (
+        DRAFT,
+        "sglang_domino_first_ids",
+        "_domino_tp_first_ids (Domino's first token of a block) on the rank's logits",
+        FIXES,
+        "a rank without base ids offers -inf (S2)",
+    ),
+    (
+        DP_HEAD,
+        "sglang_dp_lm_head_argmax",
+        "LogitsProcessor._gather_attn_tp_logits (--enable-dp-lm-head: the attention-TP group's columns gathered), "
+        "then torch.argmax",
+        DP_HEAD,
+        "every shard gathered whole at its own width, the padding columns then dropped (S5)",
+    ),
+)
+
+
+def sglang_runs() -> list[Run]:
+    """The kernels' run (natively on a GPU, else under Triton's interpreter, with a collective timeout for its
+    speed), then one run per greedy pick and its corrected twin (torch alone runs them: the wheel, no Triton)."""
+    import torch
+
+    interpret = () if torch.cuda.is_available() else (("TRITON_INTERPRET", "1"),)
+    slow = 30.0 if torch.cuda.is_available() else 300.0
+    needs = f"{KERNELS}:why_unavailable"
+    kernels = (
+        Subject(
+            f"{KERNELS}:sglang_deferred_argmax",
+            KIND,
+            "LogitsProcessor.deferred_argmax (Triton kernels, soft cap 30)",
+            "sglang_deferred_argmax",
+            needs=needs,
+        ),
+        Subject(
+            f"{KERNELS}:sglang_classic",
+            KIND,
+            "finish_deferred_gather, then torch.argmax",
+            "sglang_classic",
+            needs=needs,
+        ),
+    )
+    runs = [Run(kernels, env=interpret, timeout=slow)]
+    for module, name, note, fixes, correction in PICKS:
+        original = Subject(f"{module}:{name}", KIND, note, name, needs=f"{module}:why_unavailable")
+        fixed = Subject(
+            f"{fixes}:{name}_corrected",
+            KIND + CORRECTED_KIND,
+            f"the same, corrected: {correction}",
+            f"{name} (corrected)",
+            corrects=name,
+            needs=original.needs,
+        )
+        runs.append(Run((original, fixed)))
+    return runs
