@@ -141,6 +141,10 @@ FAILURES: dict[str, tuple[tuple[str, ...], ...]] = {
             "test_determinism-trtllm_style-gloo-d9874b3002",
             "trtllm_style test_ids_beyond_float32_are_exact_or_rejected",
             "test_all_neg_inf_row_with_offset_d2t-trtllm_style-gloo-cc22221985",
+            # its padding, under the layouts beyond one even split (its attention-DP and uneven branches included)
+            "test_exact_under_divergence-trtllm_style-gloo-20309c6dcf",
+            "test_attention_dp_rows-trtllm_style-gloo-a6c2bf03e8",
+            "test_uneven_shards-trtllm_style-gloo-6e088c0f8e",
         ),
     ),
     "D4": ((),),
