@@ -379,9 +379,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _layout_skip(item: pytest.Item, impls: list) -> str | None:
-    """Why a layout's property does not run the implementations (settings.layout_refusal), or None."""
+    """Why a layout's property does not run the implementations (settings.layout_refusal), or a property that does
+    not judge one (``Impl.refuses_property``), or None."""
     marker = item.get_closest_marker("layout")
-    return None if marker is None else run_settings.layout_refusal(marker.args[0], impls)
+    why = None if marker is None else run_settings.layout_refusal(marker.args[0], impls)
+    return why or next((w for impl in impls if (w := impl.refuses_property(item.originalname)) is not None), None)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

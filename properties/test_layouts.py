@@ -33,6 +33,9 @@ DIVERGED = (
     Case(batch=8, hidden=6, vocab=1000, tp=4, weights="normal", ties=("across_ranks",), rank_ulps=2, seed=1),
     Case(batch=8, hidden=6, vocab=200, tp=2, ties=("shard_boundary",), rank_ulps=1, seed=3),
     Case(batch=6, hidden=5, vocab=500, tp=4, dtype="bfloat16", ties=("across_ranks",), rank_ulps=4, seed=12),
+    # ties across ranks where a term each rank computes from its own copy decides them (a selector's lattice adds
+    # one to the gathered logits: SGLang's DFlash2 walk disagrees here, on 6 of 120 such seeded heads)
+    Case(batch=8, hidden=6, vocab=400, tp=2, ties=("across_ranks",), rank_ulps=2, seed=12),
 )
 DP = (
     Case(batch=7, hidden=4, vocab=300, tp=4, dp="skewed", seed=5),  # rows per rank (1, 5, 1, 0)

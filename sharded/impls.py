@@ -59,7 +59,8 @@ MOVED = {
 # A moved module's old name is shipped where its new home is (not the findings' or the wheel loaders' old names).
 _SHIPPED = (
     {"tests.broken", "tests.broken_top_k", "tests.broken_sampling", "tests.broken_layouts", "engines.variants", _SGLANG}
-    | {_DFLASH, "engines.sglang.dp_lm_head", "engines.sglang.fixes"}
+    | {_DFLASH, "engines.sglang.dp_lm_head", "engines.sglang.fixes", "engines.sglang.selector"}
+    | {"engines.sglang.eagle_verify"}
     | {"engines.vllm.layer", "engines.vllm.models", "engines.vllm.corrected"}
     | {"engines.vllm.gumbel", "engines.vllm.dflash2_sampler", "engines.sglang.sampling"}
     | {"engines.vllm.topk_topp_triton", "engines.vllm.xpress_argmax"}
@@ -101,6 +102,14 @@ class Impl:
             return f"{self} takes no {name} layout: {getattr(self.fn, 'layouts_why', 'it declares ' + str(declared))}"
         if name == "dp" and not self.takes_dp_rows:
             return f"{self} takes no dp_rows keyword: attention data parallel hands each rank its own rows"
+        return None
+
+    def refuses_property(self, name: str) -> str | None:
+        """Why it takes no part in the property ``name``, or None: ``fn.judged_only`` names the properties that
+        judge an implementation whose tokens no classic path computes (a selector's walk), ``fn.judged_why`` why."""
+        judged = getattr(self.fn, "judged_only", None)
+        if judged is not None and name not in judged:
+            return f"{self} is judged by {', '.join(judged)} alone: {getattr(self.fn, 'judged_why', '')}"
         return None
 
     @property

@@ -37,6 +37,8 @@ def test_the_greedy_script_still_shows_its_causes():
     assert "[64, 64] on ranks 0, 1 (torch.argmax: 0)" in out.stdout, out.stdout
     assert "256 ids in shards of 128: [255, 255]" in out.stdout, out.stdout  # no padding: the gather fits
     assert "250 ids in shards of 128: ['RuntimeError: output tensor size must be equal" in out.stdout, out.stdout
+    assert "copies 4 ulps apart: [1, 5] on ranks 0, 1" in out.stdout, out.stdout
+    assert "shards of 4 base ids: ['RuntimeError: selected index k out of range'" in out.stdout, out.stdout
 
 
 @pytest.mark.skipif(MISSING is not None, reason=MISSING or "")

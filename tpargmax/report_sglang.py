@@ -9,7 +9,7 @@ from tpargmax.report_subjects import CORRECTED_KIND, Run, Subject
 
 FINDINGS = "engines.sglang.findings:FINDINGS"
 KERNELS, DRAFT, FIXES = "engines.sglang.kernels", "engines.sglang.dflash_draft", "engines.sglang.fixes"
-DP_HEAD = "engines.sglang.dp_lm_head"
+DP_HEAD, SELECTOR, EAGLE = "engines.sglang.dp_lm_head", "engines.sglang.selector", "engines.sglang.eagle_verify"
 KIND = f"SGLang {SGLANG_VERSION}"
 # the greedy picks: the subject's module and name, where in the wheel, its correction's module and what it changes
 PICKS = (
@@ -45,6 +45,14 @@ PICKS = (
         DP_HEAD,
         "every shard gathered whole at its own width, the padding columns then dropped (S5)",
     ),
+    (
+        SELECTOR,
+        "sglang_dflash2_selector_walk",
+        "DFlash2's candidate_topk, CandidateSelector.build_lattice and sample_path (the first proposal; codebooks "
+        "that add each rank's own logit of a candidate): judged by ranks agree alone",
+        SELECTOR,
+        "rank 0's proposals broadcast, as sgl-project/sglang #40246 proposes (S6)",
+    ),
 )
 
 
@@ -72,7 +80,25 @@ def sglang_runs() -> list[Run]:
             needs=needs,
         ),
     )
-    runs = [Run(kernels, env=interpret, timeout=slow)]
+    eagle_needs = f"{EAGLE}:why_unavailable"
+    eagle = (
+        Subject(
+            f"{EAGLE}:sglang_eagle_verify_greedy",
+            KIND,
+            "eagle_sample's greedy verify as on CUDA (no broadcast), over drafts each rank picks from its own copy "
+            "(the project's model of such a draft): the drafts each request accepted, judged by ranks agree alone",
+            "sglang_eagle_verify_greedy",
+            needs=eagle_needs,
+        ),
+        Subject(
+            f"{EAGLE}:sglang_eagle_verify_greedy_rocm",
+            KIND,
+            "the same as on ROCm: rank 0's predictions, accepted indices and counts broadcast (SGLang's own branch)",
+            "sglang_eagle_verify_greedy_rocm",
+            needs=eagle_needs,
+        ),
+    )
+    runs = [Run(kernels, env=interpret, timeout=slow), Run(eagle, env=interpret, timeout=slow)]
     for module, name, note, fixes, correction in PICKS:
         original = Subject(f"{module}:{name}", KIND, note, name, needs=f"{module}:why_unavailable")
         fixed = Subject(

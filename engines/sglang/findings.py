@@ -14,11 +14,15 @@ ROW_ARGMAX = "sglang/kernels/ops/sampling/softcap_row_argmax.py"
 WORKER = "sglang/srt/speculative/dflash_worker_v2.py"
 DOMINO = "sglang/srt/speculative/domino_utils.py"
 LOGITS = "sglang/srt/layers/logits_processor.py"
+MODELS = "sglang/srt/models/dflash.py"
+EAGLE_UTILS = "sglang/srt/speculative/eagle_utils.py"
 DEFERRED = "engines_sglang_kernels_sglang_deferred_argmax"
 GRAPH = "engines_sglang_dflash_draft_sglang_dflash_draft_graph"
 EAGER = "engines_sglang_dflash_draft_sglang_dflash_draft_eager"
 FIRST_IDS = "engines_sglang_dflash_draft_sglang_domino_first_ids"
 DP_HEAD = "engines_sglang_dp_lm_head_sglang_dp_lm_head_argmax"
+WALK = "engines_sglang_selector_sglang_dflash2_selector_walk"
+EAGLE = "engines_sglang_eagle_verify_sglang_eagle_verify_greedy"
 PROPERTIES = (  # in the page's order: each failed at its first example, the head of one token at tp 2
     "test_token_exact",
     "test_output_contract",
@@ -152,13 +156,76 @@ CAUSES = (
             f"{test}-{DP_HEAD}-gloo-{digest}"
             for test, digest in zip(
                 PROPERTIES,
-                ("15ee207cbe", "8cf01cefc9", "313fb5c781", "d74094eed0", "b19c0aaba8", "8ebb5770e2", "fa1a090056"),
+                ("15ee207cbe", "8cf01cefc9", "313fb5c781", "d74094eed0", "b19c0aaba8", "04a01ae96c", "b15695b209"),
                 strict=True,
             )
         ),
         script=f"{PAGE}/greedy_paths.py",
         correction="`engines.sglang.dp_lm_head:sglang_dp_lm_head_argmax_corrected` gathers every shard whole, at "
         "its own width, and drops the padding columns after",
+    ),
+    Cause(
+        id="S6",
+        title="DFlash2's selector walks lattice scores each rank computes from its own copy of the hidden states, and "
+        "nothing broadcasts the proposals: ranks propose different tokens",
+        where=f"{MODELS}, `CandidateSelector.build_lattice` and `sample_path`; {WORKER}, the proposals' commit",
+        severity="shipped",
+        reaches="DFlash2 drafts (a `CandidateSelector`) at tp > 1 wherever the ranks' draft hidden states are not "
+        "bit for bit the same (a reduction that does not round alike on every rank, mismatched GPUs, as "
+        "sgl-project/sglang #40246 measured): the target verifies different drafts on different ranks",
+        evidence=(
+            f"{MODELS}:1241: greedy_mask, scores[:, 0, 0].argmax(dim=-1), initial_indices",
+            f"{MODELS}:1244: greedy_mask[:, None, None], scores[:, 1:].argmax(dim=-1), local_maps",
+            f"{WORKER}:2812: draft_tokens[:, 1:].copy_(draft_next)",
+        ),
+        why="The candidates are the same on every rank (a gathered top K), but the lattice adds `<A[pred] * "
+        "project(h), B[c]>`, with the codebooks replicated and `h` the rank's own draft hidden states, and the greedy "
+        "walk takes its argmax on each rank: where two candidates' scores are within the ranks' difference, ranks "
+        "pick differently. The worker writes the walk's tokens into the drafts and verifies them with no broadcast "
+        "(the sync sites cover the verify's predictions, accept lengths and bonus tokens, not the drafts). The "
+        "suite's pinned case of ties across ranks (`Case(batch=8, hidden=6, vocab=400, tp=2, seed=12, "
+        "ties=('across_ranks',), rank_ulps=2)`) has rank 0 propose 2 and rank 1 319 on one row.",
+        failures=(f"test_ranks_agree-{WALK}-gloo-61d7b9d89e",),
+        script=f"{PAGE}/greedy_paths.py",
+        correction="`engines.sglang.selector:sglang_dflash2_selector_walk_corrected` broadcasts rank 0's proposals, "
+        "as #40246 does",
+    ),
+    Cause(
+        id="S7",
+        title="DFlash2's candidate top-k takes K from each rank's shard: a rank with fewer than K base ids raises",
+        where=f"{MODELS}, `candidate_topk`",
+        severity="error",
+        reaches="a vocabulary with fewer than K (the selector's top_k, 4 to 16) base ids on a rank: toy vocabularies "
+        "only",
+        evidence=(f"{MODELS}:143: vals, ids = _radix_topk(logits, k)",),
+        why="Each rank takes `torch.topk(logits, k)` over its own base ids before the gather: with fewer than k "
+        "columns, `RuntimeError: selected index k out of range`. The global top K needs only k ids over all ranks "
+        "(a rank can offer what it has, padded with -inf).",
+        failures=(f"test_ranks_agree-{WALK}_corrected-gloo-9ace4e0acb",),  # behind S6 on the original row
+        script=f"{PAGE}/greedy_paths.py",
+    ),
+    Cause(
+        id="S8",
+        title="EAGLE's greedy verify broadcasts its result on ROCm only: on CUDA, ranks whose drafts differ accept "
+        "different counts",
+        where=f"{EAGLE_UTILS}, `eagle_sample`",
+        severity="shipped",
+        reaches="EAGLE and n-gram speculative decoding at tp > 1 on CUDA, all requests greedy, wherever the ranks' "
+        "drafts differ (a draft that picks on each rank from its own copy: sgl-project/sglang #31071, closed as "
+        "inactive, its fix #31478 open): the ranks commit different lengths and the next collective hangs",
+        evidence=(
+            f"{EAGLE_UTILS}:648: target_predict = torch.argmax(next_token_logits, dim=-1)",
+            f"{EAGLE_UTILS}:662: if _is_hip:",
+            f"{EAGLE_UTILS}:675: tp_group.broadcast(num_correct_drafts, src=0)",
+        ),
+        why="The greedy branch takes the argmax of the gathered target logits (the same on every rank) and walks each "
+        "rank's own draft tree; only `if _is_hip:` then broadcasts rank 0's predictions, accepted indices and "
+        "counts (the sampling branches always do). On the suite's pinned case of ties across ranks, drafts picked "
+        "on each rank from its own copy differ on two rows, and the CUDA branch accepts 0 and 1 drafts there on "
+        "rank 0, 1 and 0 on rank 1; the ROCm branch (`sglang_eagle_verify_greedy_rocm`, SGLang's own code) agrees "
+        "on every case. The drafts are the project's model of a draft that picks on each rank; the tree walk is the "
+        "wheel's Triton kernel (XPU's) in place of the CUDA JIT kernel.",
+        failures=(f"TRITON_INTERPRET=1 test_ranks_agree-{EAGLE}-gloo-d1e790cabf",),
     ),
 )
 

@@ -23,6 +23,17 @@ def _is_sglang_import(node: ast.stmt) -> bool:
     return isinstance(node, ast.Import) and any(a.name.split(".")[0] == "sglang" for a in node.names)
 
 
+class _WithoutSglangImports(ast.NodeTransformer):
+    """A kept function's own ``from sglang... import`` statements (run at call time) left out: the names they bind
+    are the module's, from ``given``."""
+
+    def visit_Import(self, node: ast.Import) -> ast.stmt:
+        return ast.copy_location(ast.Pass(), node) if _is_sglang_import(node) else node
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.stmt:
+        return ast.copy_location(ast.Pass(), node) if _is_sglang_import(node) else node
+
+
 def _imports(node: ast.stmt, packages: tuple[str, ...]) -> bool:
     """``import numpy as np`` and the like, for a package of ``packages``."""
     names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
@@ -55,7 +66,8 @@ def wheel_functions(
 ) -> types.ModuleType:
     """A private module holding ``path``'s top-level statements: every one but its SGLang imports when ``keep`` is
     None, else its non-SGLang imports and the functions and classes named in ``keep`` (``Class.method``: that
-    method alone, in a class of no base); SGLang's names come from ``given``.  Imports of the packages in ``drop``
+    method alone, in a class of no base; a kept function's own SGLang imports left out too); SGLang's names come
+    from ``given``.  Imports of the packages in ``drop``
     (NumPy, which the kept code never calls) are left out too."""
     tree = ast.parse(path.read_text(), filename=str(path))
     body, found = [], set()
@@ -65,6 +77,7 @@ def wheel_functions(
         if keep is not None:
             if isinstance(node, ast.FunctionDef) and node.name in keep:
                 node.decorator_list = [d for d in node.decorator_list if not _compile_decorator(d)]
+                node = _WithoutSglangImports().visit(node)
                 found.add(node.name)
             elif isinstance(node, ast.ClassDef) and (kept := _kept_class(node, keep)) is not None:
                 found |= {node.name} | {f"{node.name}.{m.name}" for m in kept.body if isinstance(m, ast.FunctionDef)}

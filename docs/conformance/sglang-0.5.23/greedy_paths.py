@@ -1,7 +1,7 @@
 """SGLang 0.5.23's greedy paths over a vocab-parallel LM head at tp 2: DFlash's draft samplers, Domino's first
-token, and the DP-attention head's gather (``--enable-dp-lm-head``).
+token, the DP-attention head's gather (``--enable-dp-lm-head``) and DFlash2's selector walk.
 
-Four defects, each on one row a full-vocabulary ``torch.argmax`` answers:
+Six defects, each on one row a full-vocabulary ``torch.argmax`` answers, or (the selector) where ranks must agree:
 
 * a rank whose shard holds no base ids (a small vocabulary padded to 64 x tp) raises in ``_DflashDraftSampler``
   and ``_domino_tp_first_ids``: ``torch.max`` over no columns;
@@ -11,11 +11,15 @@ Four defects, each on one row a full-vocabulary ``torch.argmax`` answers:
 * ``LogitsProcessor._gather_attn_tp_logits`` sizes each shard as ``vocab_size // tp``: on a vocabulary whose shards
   carry padding (250 ids, shards of 128), the gather is handed tensors of other sizes, which NCCL refuses (the two
   threads check sizes as NCCL does: ``numel`` for ``all_gather_into_tensor``, each output the input's size for
-  ``all_gather``; gloo, stricter, refuses even the unpadded case's stacked output).
+  ``all_gather``; gloo, stricter, refuses even the unpadded case's stacked output);
+* DFlash2's ``CandidateSelector`` walks lattice scores each rank computes from its own copy of the hidden states
+  (replicated codebooks), and nothing broadcasts the proposals: two ranks whose copies differ by a few ulps propose
+  different tokens (here the codebooks make the pairwise term each rank's own logit of the candidate);
+* ``candidate_topk`` takes K candidates from each rank's shard: a rank with fewer than K base ids raises.
 
 Standalone: needs torch and the sglang 0.5.23 wheel (``pip install --no-deps sglang==0.5.23``), no GPU.  The
 wheel's class and functions are taken from its files (parsed, SGLang's imports left out, so its dependencies are
-not needed); two threads are the two ranks.  Exit status 1 while any of the four is there, 0 once none is, and 2,
+not needed); two threads are the two ranks.  Exit status 1 while any of the six is there, 0 once none is, and 2,
 with one line saying what is missing, where it cannot be judged here.
 
     python greedy_paths.py
@@ -36,6 +40,7 @@ UNJUDGED = "greedy_paths: cannot be judged here: "  # exit 2, one line: what thi
 NEEDS = {"torch": "torch", "sglang": "the sglang 0.5.23 wheel (pip install --no-deps sglang==0.5.23)"}
 WORKER = "srt/speculative/dflash_worker_v2.py"
 LOGITS = "srt/layers/logits_processor.py"
+MODELS = "srt/models/dflash.py"
 DOMINO = "srt/speculative/domino_utils.py"
 NEG_INF = float("-inf")
 
@@ -52,6 +57,8 @@ def from_wheel(rel: str, names: set[str], **given) -> dict:
     body = []
     for node in ast.parse(path.read_text(), filename=str(path)).body:
         if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in names:
+            if isinstance(node, ast.FunctionDef):
+                node.decorator_list = []  # @torch.compile: run eagerly
             body.append(node)
         elif isinstance(node, ast.ClassDef):
             methods = [m for m in node.body if isinstance(m, ast.FunctionDef) and f"{node.name}.{m.name}" in names]
@@ -86,6 +93,14 @@ class Group:
         for out, slot in zip(outputs, self.slots, strict=True):
             out.copy_(slot)
         self.barrier.wait()
+
+    def cat(self, tensor, dim: int = -1):
+        """``tensor_model_parallel_all_gather``: every rank's tensor, concatenated along ``dim`` in rank order."""
+        self.slots[self.local.rank] = tensor.clone()
+        self.barrier.wait()
+        slots = list(self.slots)
+        self.barrier.wait()
+        return torch.cat(slots, dim=dim)
 
     def run(self, call) -> list:
         """``call(rank)`` on every rank at once; what each returned (or raised)."""
@@ -209,6 +224,73 @@ def dp_head(vocab: int, width: int) -> list:
     return group.run(rank)
 
 
+def selector(group: Group) -> dict:
+    """DFlash2's candidate top-k, lattice and walk from the wheel, over ``group`` (rank-aware stand-ins)."""
+    from typing import Optional
+
+    return from_wheel(
+        MODELS,
+        {
+            "_radix_topk",
+            "_project_candidate_logits",
+            "candidate_topk",
+            "_score_edges",
+            "_follow_maps",
+            "CandidateSelector",
+        },
+        nn=torch.nn,
+        F=torch.nn.functional,
+        Tuple=tuple,
+        Optional=Optional,
+        logger=types.SimpleNamespace(warning=lambda *args: None),
+        _flashinfer_top_k=None,
+        selector_walk_triton=None,
+        get_parallel=lambda: types.SimpleNamespace(tp_size=group.world_size),
+        tensor_model_parallel_all_gather=group.cat,
+        should_apply_lm_head_quant_method=lambda lm_head, quant_method: False,
+        is_dense_head_weight=lambda w: True,
+    )
+
+
+def walk(weights: list[list[float]], copies: list[list[float]], k: int) -> list:
+    """Each rank's first proposal: its shard ``weights`` (4 base ids a rank, 2 features), its copy of one row's
+    hidden state, ``k`` candidates; codebooks A = 1, B = the head's rows, the identity projection."""
+    group = Group(2)
+    wheel = selector(group)
+    full = torch.tensor(weights)
+
+    def rank(r: int):
+        shard = full[4 * r : 4 * r + 4]
+        lm_head = types.SimpleNamespace(
+            weight=shard,
+            org_vocab_size=8,
+            shard_indices=types.SimpleNamespace(num_org_elements=4, org_vocab_start_index=4 * r),
+        )
+        hidden = torch.tensor([copies[r]])
+        ids, vals, _ = wheel["candidate_topk"](hidden, lm_head, k)
+        chooser = wheel["CandidateSelector"](hidden_size=2, vocab_size=8, state_rank=2, top_k=k)
+        with torch.no_grad():
+            chooser.predecessor_codebook.fill_(1.0)
+            chooser.successor_codebook.copy_(full)
+            chooser.hidden_projection.weight.copy_(torch.eye(2))
+        scores = chooser.build_lattice(
+            candidate_ids=ids[:, None],
+            unary_logits=vals.float()[:, None],
+            hidden_states=hidden[:, None],
+            anchor_token_ids=torch.zeros(1, dtype=torch.long),
+        )
+        tokens, _ = chooser.sample_path(
+            candidate_ids=ids[:, None],
+            scores=scores,
+            uniforms=torch.zeros(1, 1),
+            temperatures=torch.ones(1),
+            greedy_mask=torch.ones(1, dtype=torch.bool),
+        )
+        return int(tokens[0, 0])
+
+    return group.run(rank)
+
+
 def shown(results: list) -> list:
     return [f"{type(r).__name__}: {r}" if isinstance(r, Exception) else r for r in results]
 
@@ -239,7 +321,17 @@ def main() -> int:
         got = dp_head(vocab, width)
         print(f"DP-attention head gather, {vocab} ids in shards of {width}: {shown(got)} (torch.argmax: {vocab - 1})")
         failed |= got != [vocab - 1] * 2
-    print("DEFECTS SHOWN" if failed else "all four agree with torch.argmax")
+    # ids 1 (rank 0) and 5 (rank 1) read one feature each; each rank's copy is 4 ulps low on the other's feature
+    # (the sum of two logits near 1 rounds to 2**-23: a 1-ulp nudge would round away)
+    weights = [[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
+    below = 1.0 - 2.0**-22
+    got = walk(weights, [[1.0, below], [below, 1.0]], 4)
+    print(f"DFlash2 selector walk, ids 1 and 5 tied, copies 4 ulps apart: {shown(got)} on ranks 0, 1 (one token)")
+    failed |= len(set(got)) != 1
+    got = walk(weights, [[1.0, 1.0], [1.0, 1.0]], 8)
+    print(f"DFlash2 candidate_topk, 8 candidates from shards of 4 base ids: {shown(got)} (torch.argmax: 1)")
+    failed |= got != [1, 1]
+    print("DEFECTS SHOWN" if failed else "all six agree with torch.argmax")
     return 1 if failed else 0
 
 
