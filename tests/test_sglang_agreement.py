@@ -11,12 +11,13 @@ from __future__ import annotations
 import pytest
 
 from engines.sglang import eagle_verify, selector
+from engines.sglang.selector import JUDGED_WHY
 from properties import test_layouts as lay
 from properties.argmax.checks import run_checked
 from properties.failures import PropertyFailure
 from properties.harness.runner import prepare
 from properties.harness.settings import changed, pinned_head
-from sharded.impls import load_impl
+from sharded.impls import Impl, load_impl
 
 REASON = selector.why_unavailable()
 needs_wheel = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -34,14 +35,14 @@ def _agree(name: str, case) -> None:
 
 
 def test_the_walk_and_the_verify_are_judged_by_ranks_agree_alone():
-    impl = load_impl(WALK) if REASON is None else None
     for fn in (selector.sglang_dflash2_selector_walk, selector.sglang_dflash2_selector_walk_corrected):
         assert fn.judged_only == ("test_ranks_agree",) and "no classic path" in fn.judged_why
     for fn in (eagle_verify.sglang_eagle_verify_greedy, eagle_verify.sglang_eagle_verify_greedy_rocm):
         assert fn.judged_only == ("test_ranks_agree",) and "how many drafts" in fn.judged_why
-    if impl is not None:
-        assert impl.refuses_property("test_ranks_agree") is None
-        assert "judged by test_ranks_agree alone" in impl.refuses_property("test_token_exact")
+    impl = Impl(WALK, selector.sglang_dflash2_selector_walk)  # what a property asks, without running it
+    assert impl.refuses_property("test_ranks_agree") is None
+    assert impl.refuses_property("test_token_exact") == f"{WALK} is judged by test_ranks_agree alone: {JUDGED_WHY}"
+    assert Impl("vllm_pairs", load_impl("vllm_pairs").fn).refuses_property("test_token_exact") is None
 
 
 @needs_wheel
