@@ -60,7 +60,7 @@ MOVED = {
 _SHIPPED = (
     {"tests.broken", "tests.broken_top_k", "tests.broken_sampling", "tests.broken_layouts", "engines.variants", _SGLANG}
     | {_DFLASH, "engines.sglang.dp_lm_head", "engines.sglang.fixes", "engines.sglang.selector"}
-    | {"engines.sglang.eagle_verify"}
+    | {"engines.sglang.eagle_verify", "engines.sglang.domino_rollout"}
     | {"engines.vllm.layer", "engines.vllm.models", "engines.vllm.corrected"}
     | {"engines.vllm.gumbel", "engines.vllm.dflash2_sampler", "engines.sglang.sampling"}
     | {"engines.vllm.topk_topp_triton", "engines.vllm.xpress_argmax"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from engines.sglang import eagle_verify, selector
+from engines.sglang import domino_rollout, eagle_verify, selector
 from engines.sglang.selector import JUDGED_WHY
 from properties import test_layouts as lay
 from properties.argmax.checks import run_checked
@@ -39,6 +39,8 @@ def test_the_walk_and_the_verify_are_judged_by_ranks_agree_alone():
         assert fn.judged_only == ("test_ranks_agree",) and "no classic path" in fn.judged_why
     for fn in (eagle_verify.sglang_eagle_verify_greedy, eagle_verify.sglang_eagle_verify_greedy_rocm):
         assert fn.judged_only == ("test_ranks_agree",) and "how many drafts" in fn.judged_why
+    for fn in (domino_rollout.sglang_domino_second_token, domino_rollout.sglang_domino_second_token_corrected):
+        assert fn.judged_only == ("test_ranks_agree",) and "Domino's later tokens" in fn.judged_why
     impl = Impl(WALK, selector.sglang_dflash2_selector_walk)  # what a property asks, without running it
     assert impl.refuses_property("test_ranks_agree") is None
     assert impl.refuses_property("test_token_exact") == f"{WALK} is judged by test_ranks_agree alone: {JUDGED_WHY}"
@@ -80,3 +82,21 @@ def test_on_cuda_the_verify_accepts_different_counts_where_the_ranks_drafts_diff
 @pytest.mark.parametrize("case", lay.DIVERGED, ids=range(len(lay.DIVERGED)))
 def test_on_rocm_the_broadcast_makes_the_ranks_agree(case):
     _agree(f"{VERIFY}_rocm", case)
+
+
+SECOND = "engines.sglang.domino_rollout:sglang_domino_second_token"
+
+
+@needs_wheel
+def test_dominos_second_token_differs_where_the_ranks_copies_decide_a_tie():
+    with pytest.raises(PropertyFailure) as info:
+        _agree(SECOND, lay.DIVERGED[0])
+    message = str(info.value)
+    assert message.startswith("[ranks disagree on the output]"), message
+    assert "rank 0 returned [76], rank 3 returned [896]" in message, message
+
+
+@needs_wheel
+@pytest.mark.parametrize("case", lay.DIVERGED, ids=range(len(lay.DIVERGED)))
+def test_dominos_proposals_broadcast_agree(case):
+    _agree(f"{SECOND}_corrected", case)

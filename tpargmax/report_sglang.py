@@ -10,6 +10,7 @@ from tpargmax.report_subjects import CORRECTED_KIND, Run, Subject
 FINDINGS = "engines.sglang.findings:FINDINGS"
 KERNELS, DRAFT, FIXES = "engines.sglang.kernels", "engines.sglang.dflash_draft", "engines.sglang.fixes"
 DP_HEAD, SELECTOR, EAGLE = "engines.sglang.dp_lm_head", "engines.sglang.selector", "engines.sglang.eagle_verify"
+DOMINO = "engines.sglang.domino_rollout"
 KIND = f"SGLang {SGLANG_VERSION}"
 # the greedy picks: the subject's module and name, where in the wheel, its correction's module and what it changes
 PICKS = (
@@ -52,6 +53,14 @@ PICKS = (
         "that add each rank's own logit of a candidate): judged by ranks agree alone",
         SELECTOR,
         "rank 0's proposals broadcast, as sgl-project/sglang #40246 proposes (S6)",
+    ),
+    (
+        DOMINO,
+        "sglang_domino_second_token",
+        "domino_greedy_rollout's second proposal (a correction from each rank's own copy added to the gathered "
+        "logits): judged by ranks agree alone",
+        DOMINO,
+        "rank 0's proposals broadcast (S9)",
     ),
 )
 

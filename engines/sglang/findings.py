@@ -23,6 +23,7 @@ FIRST_IDS = "engines_sglang_dflash_draft_sglang_domino_first_ids"
 DP_HEAD = "engines_sglang_dp_lm_head_sglang_dp_lm_head_argmax"
 WALK = "engines_sglang_selector_sglang_dflash2_selector_walk"
 EAGLE = "engines_sglang_eagle_verify_sglang_eagle_verify_greedy"
+SECOND = "engines_sglang_domino_rollout_sglang_domino_second_token"
 PROPERTIES = (  # in the page's order: each failed at its first example, the head of one token at tp 2
     "test_token_exact",
     "test_output_contract",
@@ -58,20 +59,24 @@ CAUSES = (
     Cause(
         id="S2",
         title="a rank whose shard holds no base ids fails the greedy pick: `torch.max` over no columns raises",
-        where=f"{WORKER}, `_DflashDraftSampler.__call__`; {DOMINO}, `_domino_tp_first_ids`",
+        where=f"{WORKER}, `_DflashDraftSampler.__call__`; {DOMINO}, `_domino_tp_first_ids` and "
+        "`domino_greedy_rollout`'s shard check",
         severity="error",
         reaches="a vocabulary smaller than (tp - 1) x the padded shard width (64 x tp padding), so only toy "
         "vocabularies: DFlash's draft sampler in its CUDA graph and Domino's first token at tp > 1",
         evidence=(
             f"{WORKER}:198: torch.max(logits, dim=-1, out=(local_max, local_arg))",
             f"{DOMINO}:44: local_max, local_arg = torch.max(local_logits[:, :num_org], dim=-1)",
+            f"{DOMINO}:367: num_org <= 0",
         ),
         why="Each rank reduces its base columns `[:num_org]` with `torch.max`; on a rank past the last base id "
         "`num_org` is 0, and `torch.max` over an empty dimension raises `IndexError: max(): Expected reduction dim "
         "1 to have non-zero size.` The contract gives every row a token whatever the layout: such a rank has no "
         "candidate, and the others decide. Every property's first failure here is this one (the shrunk head: "
         "one token at tp 2); on the suite's pinned heads where every rank holds a base id, both return the classic "
-        "path's tokens, NaN, signed zeros and ties across ranks included (`tests/test_sglang_dflash.py`).",
+        "path's tokens, NaN, signed zeros and ties across ranks included (`tests/test_sglang_dflash.py`). Domino's "
+        "rollout checks the shard first and raises `ValueError: Domino TP rollout received an invalid lm_head vocab "
+        "shard.`: a clear error, but the same refusal of a layout the contract takes.",
         failures=tuple(
             f"{test}-{subject}-gloo-{digest}"
             for subject, runs in (
@@ -85,7 +90,8 @@ CAUSES = (
                 ),
             )
             for test, digest in zip(PROPERTIES, runs, strict=True)
-        ),
+        )
+        + (f"test_ranks_agree-{SECOND}_corrected-gloo-264c9318c4",),  # the rollout's check, behind S9
         script=f"{PAGE}/greedy_paths.py",
         correction="`engines.sglang.fixes:base_pair`: a rank without base ids offers -inf at its first id, which "
         "loses every tie to a lower rank",
@@ -226,6 +232,28 @@ CAUSES = (
         "on every case. The drafts are the project's model of a draft that picks on each rank; the tree walk is the "
         "wheel's Triton kernel (XPU's) in place of the CUDA JIT kernel.",
         failures=(f"TRITON_INTERPRET=1 test_ranks_agree-{EAGLE}-gloo-d1e790cabf",),
+    ),
+    Cause(
+        id="S9",
+        title="Domino's later tokens add a correction each rank computes from its own copy of the hidden states, and "
+        "nothing broadcasts the block: ranks propose different tokens",
+        where=f"{DOMINO}, `domino_greedy_rollout`",
+        severity="shipped",
+        reaches="Domino drafts at tp > 1 wherever the ranks' draft hidden states are not bit for bit the same: every "
+        "token of a block after the first",
+        evidence=(
+            f"{DOMINO}:467: correction_hidden = embed_proj[1](",
+            f"{DOMINO}:472: next_ids = torch.argmax(base_logits[index] + correction, dim=-1).to(",
+        ),
+        why="The first token is the gathered table's pick (the same on every rank); each later one is the argmax of "
+        "the gathered base logits plus `embed_proj(cat(z, gru_hidden))`, replicated modules applied to the rank's "
+        "own draft hidden states `z`, with no collective after. Where two tokens' sums are within the ranks' "
+        "difference, ranks pick differently, and the block's drafts differ (the candidate-pool branch takes its "
+        "argmax the same way). With modules that make the correction each rank's own logit, on the suite's "
+        "pinned case of ties across ranks at tp 2 rank 0 proposes 9 and 2 where rank 1 proposes 228 and 319 (rows 2 "
+        "and 7); on the first pinned case, simulated, rank 3 proposes 896 where ranks 0 to 2 propose 76.",
+        failures=(f"test_ranks_agree-{SECOND}-gloo-da3589df27",),
+        correction="`engines.sglang.domino_rollout:sglang_domino_second_token_corrected` broadcasts rank 0's proposals",
     ),
 )
 
