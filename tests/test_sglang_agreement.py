@@ -25,7 +25,7 @@ VERIFY_REASON = eagle_verify.why_unavailable()
 needs_triton = pytest.mark.skipif(VERIFY_REASON is not None, reason=VERIFY_REASON or "")
 VERIFY = "engines.sglang.eagle_verify:sglang_eagle_verify_greedy"
 WALK = "engines.sglang.selector:sglang_dflash2_selector_walk"
-AGREEING = lay.DIVERGED[:3]  # the pinned cases where the walk's ranks agree; the fourth is where they do not
+SECOND = "engines.sglang.domino_rollout:sglang_domino_second_token"
 
 
 def _agree(name: str, case) -> None:
@@ -47,56 +47,31 @@ def test_the_walk_and_the_verify_are_judged_by_ranks_agree_alone():
     assert Impl("vllm_pairs", load_impl("vllm_pairs").fn).refuses_property("test_token_exact") is None
 
 
-@needs_wheel
-def test_ranks_propose_different_tokens_where_their_copies_decide_a_tie():
+# (subject, a pinned case of divergence, how its ranks disagree there): DFlash2's first proposal, Domino's second
+DISAGREE = (
+    (WALK, 3, "rank 0 returned [2], rank 1 returned [319]"),
+    (SECOND, 0, "rank 0 returned [76], rank 3 returned [896]"),
+    (VERIFY, 3, "rows [0, 7] (2 of 8): rank 0 returned [0, 1], rank 1 returned [1, 0]"),
+)
+AGREE = [(f"{WALK}_corrected", n) for n in range(4)] + [(f"{SECOND}_corrected", n) for n in range(4)]
+AGREE += [(WALK, n) for n in range(3)] + [(f"{VERIFY}_rocm", n) for n in range(4)]
+
+
+def _needs(name: str):
+    """The wheel alone, or Triton too for the verify (its tree walk is a Triton kernel)."""
+    return needs_triton if name.startswith(VERIFY) else needs_wheel
+
+
+@pytest.mark.parametrize(("name", "case", "shown"), [pytest.param(*row, marks=_needs(row[0])) for row in DISAGREE])
+def test_ranks_disagree_where_their_copies_decide(name, case, shown):
+    """A pick each rank takes from its own copy, no broadcast after: the selector's walk and Domino's later tokens
+    propose different tokens, the verify over such drafts (CUDA's branch) accepts different counts."""
     with pytest.raises(PropertyFailure) as info:
-        _agree(WALK, lay.DIVERGED[3])
+        _agree(name, lay.DIVERGED[case])
     message = str(info.value)
-    assert message.startswith("[ranks disagree on the output]"), message
-    assert "rank 0 returned [2], rank 1 returned [319]" in message, message
+    assert message.startswith("[ranks disagree on the output]") and shown in message, message
 
 
-@needs_wheel
-@pytest.mark.parametrize("case", AGREEING, ids=range(len(AGREEING)))
-def test_elsewhere_the_ranks_agree(case):
-    _agree(WALK, case)
-
-
-@needs_wheel
-@pytest.mark.parametrize("case", lay.DIVERGED, ids=range(len(lay.DIVERGED)))
-def test_rank_zeros_proposals_broadcast_agree(case):
-    _agree(f"{WALK}_corrected", case)
-
-
-@needs_triton
-def test_on_cuda_the_verify_accepts_different_counts_where_the_ranks_drafts_differ():
-    """Drafts picked on each rank from its own copy differ on rows 0 and 7; the CUDA branch broadcasts nothing."""
-    with pytest.raises(PropertyFailure) as info:
-        _agree(VERIFY, lay.DIVERGED[3])
-    message = str(info.value)
-    assert message.startswith("[ranks disagree on the output]"), message
-    assert "rows [0, 7] (2 of 8): rank 0 returned [0, 1], rank 1 returned [1, 0]" in message, message
-
-
-@needs_triton
-@pytest.mark.parametrize("case", lay.DIVERGED, ids=range(len(lay.DIVERGED)))
-def test_on_rocm_the_broadcast_makes_the_ranks_agree(case):
-    _agree(f"{VERIFY}_rocm", case)
-
-
-SECOND = "engines.sglang.domino_rollout:sglang_domino_second_token"
-
-
-@needs_wheel
-def test_dominos_second_token_differs_where_the_ranks_copies_decide_a_tie():
-    with pytest.raises(PropertyFailure) as info:
-        _agree(SECOND, lay.DIVERGED[0])
-    message = str(info.value)
-    assert message.startswith("[ranks disagree on the output]"), message
-    assert "rank 0 returned [76], rank 3 returned [896]" in message, message
-
-
-@needs_wheel
-@pytest.mark.parametrize("case", lay.DIVERGED, ids=range(len(lay.DIVERGED)))
-def test_dominos_proposals_broadcast_agree(case):
-    _agree(f"{SECOND}_corrected", case)
+@pytest.mark.parametrize(("name", "case"), [pytest.param(*row, marks=_needs(row[0])) for row in AGREE])
+def test_the_ranks_agree_where_rank_zeros_result_is_broadcast_or_no_tie_is_decided(name, case):
+    _agree(name, lay.DIVERGED[case])

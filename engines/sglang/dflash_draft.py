@@ -113,6 +113,21 @@ def _with_bias(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return torch.cat([hidden, ones], dim=1), torch.cat([weight, bias.unsqueeze(1)], dim=1)
 
 
+def replicated_head(weight: torch.Tensor, layout: ShardLayout, group: TPGroup) -> torch.Tensor:
+    """The head's base rows in id order, on every rank: a replicated module's copy of it (every shard, gathered;
+    base ids are contiguous, padding after them)."""
+    return torch.cat(list(group.all_gather(weight.contiguous()).unbind(0)))[: layout.vocab]
+
+
+def judged_for_agreement(fns, needs, layouts_why: str, judged_why: str) -> None:
+    """What a subject judged by ``test_ranks_agree`` alone declares: the graph sampler's head, the wheel, the
+    layout of ranks whose copies differ (``fn.judged_only``: docs/contract.md)."""
+    for fn in fns:
+        fn.head, fn.needs, fn.packages = GRAPH_HEAD, needs, (kernels.DIST,)
+        fn.layouts, fn.layouts_why = ("diverged",), layouts_why
+        fn.judged_only, fn.judged_why = ("test_ranks_agree",), judged_why
+
+
 def _check(hidden, weight, layout: ShardLayout, soft_cap, scale, d2t) -> None:
     if soft_cap is not None or scale != 1.0 or d2t is not None or layout.vocab != layout.org_vocab + layout.added_vocab:
         raise ValueError(

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from engines.sglang import kernels
-from engines.sglang.dflash_draft import FILES, GRAPH_HEAD, _check, _Group, _with_bias
+from engines.sglang.dflash_draft import FILES, _check, _Group, _with_bias, judged_for_agreement, replicated_head
 from engines.sglang.wheel import wheel_functions
 from sharded.layout import ShardLayout
 
@@ -57,7 +57,7 @@ def _second(hidden, weight, bias, layout: ShardLayout, scale, soft_cap, d2t, gro
         raise ValueError("SGLang's Domino reads base rows only: no added vocabulary")
     hidden, weight = _with_bias(hidden, weight, bias)
     rows, features = hidden.shape
-    replica = torch.cat(list(group.all_gather(weight.contiguous()).unbind(0)))[: layout.vocab]  # rows by id
+    replica = replicated_head(weight, layout, group)
     generator = torch.Generator().manual_seed(0)  # the GRU's and the embedding's weights: the same on every rank
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(torch.randint(2**31, (1,), generator=generator)))
@@ -98,9 +98,9 @@ def sglang_domino_second_token_corrected(
     return group.all_gather(_second(hidden, weight, bias, layout, scale, soft_cap, d2t, group))[0]
 
 
-for _fn in (sglang_domino_second_token, sglang_domino_second_token_corrected):
-    _fn.head = GRAPH_HEAD
-    _fn.needs = why_unavailable
-    _fn.packages = (kernels.DIST,)
-    _fn.layouts, _fn.layouts_why = ("diverged",), "SGLang's ParallelLMHead cuts even shards and Domino takes every row"
-    _fn.judged_only, _fn.judged_why = ("test_ranks_agree",), JUDGED_WHY
+judged_for_agreement(
+    (sglang_domino_second_token, sglang_domino_second_token_corrected),
+    why_unavailable,
+    "SGLang's ParallelLMHead cuts even shards and Domino takes every row",
+    JUDGED_WHY,
+)

@@ -37,7 +37,7 @@ from functools import cache
 import torch
 
 from engines.sglang import kernels
-from engines.sglang.dflash_draft import GRAPH_HEAD, _check, _with_bias
+from engines.sglang.dflash_draft import _check, _with_bias, judged_for_agreement, replicated_head
 from engines.sglang.wheel import wheel_functions
 from sharded.group import TPGroup
 from sharded.layout import ShardLayout
@@ -98,8 +98,7 @@ def _accepted(platform: str, hidden, weight, bias, layout: ShardLayout, scale, s
         raise ValueError("this EAGLE verify's head is the target's base vocabulary: no added ids")
     hidden, weight = _with_bias(hidden, weight, bias)
     rows = hidden.shape[0]
-    every = group.all_gather(weight.contiguous())  # [tp, rows of a shard, features]: the head, rank by rank
-    head = torch.cat(list(every.unbind(0)))[: layout.vocab]  # base ids in id order (no padding between them)
+    head = replicated_head(weight, layout, group)
     shards = group.all_gather((hidden @ weight.T).contiguous())  # each rank's shard from its own copy
     target = torch.cat(list(shards.unbind(0)), dim=-1)[:, : layout.vocab]
     draft = torch.argmax(hidden @ head.T, dim=-1)  # the rank's own pick (the project's model of a draft)
@@ -144,12 +143,9 @@ def sglang_eagle_verify_greedy_rocm(
     return _accepted("rocm", hidden, weight, bias, layout, scale, soft_cap, d2t, group)
 
 
-for _fn in (sglang_eagle_verify_greedy, sglang_eagle_verify_greedy_rocm):
-    _fn.head = GRAPH_HEAD
-    _fn.needs = why_unavailable
-    _fn.packages = (kernels.DIST,)
-    _fn.layouts, _fn.layouts_why = (
-        ("diverged",),
-        "SGLang's ParallelLMHead cuts even shards and the verify takes every row",
-    )
-    _fn.judged_only, _fn.judged_why = ("test_ranks_agree",), JUDGED_WHY
+judged_for_agreement(
+    (sglang_eagle_verify_greedy, sglang_eagle_verify_greedy_rocm),
+    why_unavailable,
+    "SGLang's ParallelLMHead cuts even shards and the verify takes every row",
+    JUDGED_WHY,
+)

@@ -28,7 +28,7 @@ from functools import cache
 import torch
 
 from engines.sglang import kernels
-from engines.sglang.dflash_draft import GRAPH_HEAD, _check, _with_bias
+from engines.sglang.dflash_draft import _check, _with_bias, judged_for_agreement, replicated_head
 from engines.sglang.sampling_wheel import RANK, _all_gather, _dense_head_weight, _Parallel
 from engines.sglang.wheel import wheel_functions
 from sharded.layout import ShardLayout
@@ -91,7 +91,7 @@ def _proposals(hidden, weight, bias, layout: ShardLayout, scale, soft_cap, d2t, 
     token = RANK.set(group)
     try:
         ids, vals, _ = module.candidate_topk(hidden, _Head(weight, layout), TOP_K)
-        replica = torch.cat(list(group.all_gather(weight.contiguous()).unbind(0)))[: layout.vocab]  # rows by id
+        replica = replicated_head(weight, layout, group)
         selector = module.CandidateSelector(
             hidden_size=features, vocab_size=layout.vocab, state_rank=features, top_k=TOP_K
         )
@@ -132,12 +132,9 @@ def sglang_dflash2_selector_walk_corrected(
     return group.all_gather(_proposals(hidden, weight, bias, layout, scale, soft_cap, d2t, group))[0]
 
 
-for _fn in (sglang_dflash2_selector_walk, sglang_dflash2_selector_walk_corrected):
-    _fn.head = GRAPH_HEAD
-    _fn.needs = why_unavailable
-    _fn.packages = (kernels.DIST,)
-    _fn.layouts, _fn.layouts_why = (
-        ("diverged",),
-        "SGLang's ParallelLMHead cuts even shards and the walk takes every row",
-    )
-    _fn.judged_only, _fn.judged_why = ("test_ranks_agree",), JUDGED_WHY
+judged_for_agreement(
+    (sglang_dflash2_selector_walk, sglang_dflash2_selector_walk_corrected),
+    why_unavailable,
+    "SGLang's ParallelLMHead cuts even shards and the walk takes every row",
+    JUDGED_WHY,
+)
