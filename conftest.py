@@ -383,7 +383,8 @@ def _layout_skip(item: pytest.Item, impls: list) -> str | None:
     not judge one (``Impl.refuses_property``), or None."""
     marker = item.get_closest_marker("layout")
     why = None if marker is None else run_settings.layout_refusal(marker.args[0], impls)
-    return why or next((w for impl in impls if (w := impl.refuses_property(item.originalname)) is not None), None)
+    name = getattr(item, "originalname", getattr(item, "name", ""))
+    return why or next((w for impl in impls if (w := impl.refuses_property(name)) is not None), None)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

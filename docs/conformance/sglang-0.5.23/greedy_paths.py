@@ -19,8 +19,8 @@ Six defects, each on one row a full-vocabulary ``torch.argmax`` answers, or (the
 
 Standalone: needs torch and the sglang 0.5.23 wheel (``pip install --no-deps sglang==0.5.23``), no GPU.  The
 wheel's class and functions are taken from its files (parsed, SGLang's imports left out, so its dependencies are
-not needed); two threads are the two ranks.  Exit status 1 while any of the six is there, 0 once none is, and 2,
-with one line saying what is missing, where it cannot be judged here.
+not needed); two threads are the two ranks.  Exit status 1 while any of the six is there, 0 once none is.  Exit 2,
+with one line saying what is missing, means it cannot be judged here: the wheel or torch is not installed.
 
     python greedy_paths.py
 """
