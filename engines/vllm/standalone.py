@@ -210,11 +210,15 @@ import tempfile
 import traceback
 from datetime import timedelta
 
-import torch
-import torch.multiprocessing as mp
-
 TITLE = " ".join(__doc__.split("\\n\\n")[0].split())  # the cause: the first paragraph
 UNJUDGED = TITLE.split(":")[0] + ": $unjudged"  # exit 2, one line: what this machine lacks
+if __name__ == "__main__" and importlib.util.find_spec("vllm") is None:  # said before torch loads (a second)
+    print(UNJUDGED + "$not_installed")
+    sys.exit(2)
+
+import torch  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
 TP, TIMEOUT, ORG, ADDED, LOGITS_VOCAB, SCALE, SOFT_CAP, K = $sizes
 $constants# fmt: off
 $data# fmt: on

