@@ -360,7 +360,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
         elif item.get_closest_marker("local_path") and any(impl.classic for impl in impls):
             item.add_marker(pytest.mark.skip(reason="a classic path scatters through d2t before its argmax"))
-        elif (why := _layout_skip(item, impls)) is not None:
+        elif (why := _subject_skip(item, impls)) is not None:
             item.add_marker(pytest.mark.skip(reason=why))
     fuzz_seed = config.getoption("fuzz_seed")
     if fuzz_seed is not None:
@@ -378,7 +378,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.xfail(reason=f"known failure ({path}): {reason}", strict=True))
 
 
-def _layout_skip(item: pytest.Item, impls: list) -> str | None:
+def _subject_skip(item: pytest.Item, impls: list) -> str | None:
     """Why a layout's property does not run the implementations (settings.layout_refusal), or a property that does
     not judge one (``Impl.refuses_property``), or None."""
     marker = item.get_closest_marker("layout")

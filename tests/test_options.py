@@ -89,7 +89,7 @@ class _Item:
 )
 def test_a_layout_the_implementation_does_not_take_is_skipped_with_the_reason(configure, given, layout, spec, why):
     configure(**given)
-    found = conftest._layout_skip(_Item(layout), [load_impl(spec)])
+    found = conftest._subject_skip(_Item(layout), [load_impl(spec)])
     assert (found is None) if why is None else (why in found), found
 
 
@@ -131,9 +131,9 @@ def test_a_layout_an_implementation_declares_it_does_not_take_is_skipped_with_it
 
     even_only.layouts, even_only.layouts_why = ("diverged",), "its head is cut evenly"
     impl = Impl("engine:even_only", even_only)
-    assert conftest._layout_skip(_Item("diverged"), [impl]) is None
+    assert conftest._subject_skip(_Item("diverged"), [impl]) is None
     assert (
-        conftest._layout_skip(_Item("uneven"), [impl])
+        conftest._subject_skip(_Item("uneven"), [impl])
         == "engine:even_only takes no uneven layout: its head is cut evenly"
     )
 

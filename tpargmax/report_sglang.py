@@ -5,7 +5,7 @@ the project's corrections (:mod:`engines.sglang.fixes`).  One run per head, as t
 from __future__ import annotations
 
 from engines.versions import SGLANG_VERSION
-from tpargmax.report_subjects import CORRECTED_KIND, Run, Subject
+from tpargmax.report_subjects import CORRECTED_KIND, Run, Subject, triton_rows
 
 FINDINGS = "engines.sglang.findings:FINDINGS"
 KERNELS, DRAFT, FIXES = "engines.sglang.kernels", "engines.sglang.dflash_draft", "engines.sglang.fixes"
@@ -68,10 +68,7 @@ PICKS = (
 def sglang_runs() -> list[Run]:
     """The kernels' run (natively on a GPU, else under Triton's interpreter, with a collective timeout for its
     speed), then one run per greedy pick and its corrected twin (torch alone runs them: the wheel, no Triton)."""
-    import torch
-
-    interpret = () if torch.cuda.is_available() else (("TRITON_INTERPRET", "1"),)
-    slow = 30.0 if torch.cuda.is_available() else 300.0
+    interpret, slow = triton_rows()
     needs = f"{KERNELS}:why_unavailable"
     kernels = (
         Subject(

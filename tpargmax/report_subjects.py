@@ -184,15 +184,22 @@ def model_runs() -> tuple[list[Run], list[dict[str, Any]], dict[str, str]]:
     return runs, classes, refusal
 
 
+def triton_rows() -> tuple[tuple[tuple[str, str], ...], float]:
+    """Where Triton's kernels run for a page's rows: natively on a GPU, else under its CPU interpreter
+    (``TRITON_INTERPRET=1`` in the rows' environment, which their replay commands carry); and the collective timeout
+    for that speed."""
+    import torch
+
+    native = torch.cuda.is_available()
+    return ((), 30.0) if native else ((("TRITON_INTERPRET", "1"),), 300.0)
+
+
 def sampling_runs() -> list[Run]:
     """The samplers' page: the built-ins, then the engines' samplers (each with its own install and noise).
 
     Triton's kernels run natively where there is a GPU, else under its CPU interpreter (``TRITON_INTERPRET=1`` in
     the rows' environment, which their replay commands then carry), with a collective timeout for its speed."""
-    import torch
-
-    interpret = () if torch.cuda.is_available() else (("TRITON_INTERPRET", "1"),)
-    slow = 30.0 if torch.cuda.is_available() else 300.0
+    interpret, slow = triton_rows()
     # The interpreter takes over ten minutes per subject for the 4000-row tp 4 top-k distribution case: there the
     # candidate samplers leave it to a GPU (the page's notes say so), and run every other case.
     top_k_tests = () if not interpret else (*SAMPLING, "-k", f"not {LEFT_TO_A_GPU}")
@@ -349,10 +356,7 @@ def xpress_runs() -> list[Run]:
     paths, and the top-C path corrected (the 0.33.0 page's V15).  Natively where there is a GPU, else under Triton's
     interpreter, with a collective timeout for its speed (``vllm_xpress_argmax_chunk64`` is left out: its 2**24-id
     case takes hours under the interpreter).  A release before 0.33.0 has none of them (``Subject.since``)."""
-    import torch
-
-    interpret = () if torch.cuda.is_available() else (("TRITON_INTERPRET", "1"),)
-    slow = 30.0 if torch.cuda.is_available() else 300.0
+    interpret, slow = triton_rows()
     needs, kernel, module = "engines.vllm.xpress_argmax:why_unavailable", "vLLM kernel", "engines.vllm.xpress_argmax"
     subjects = (
         Subject(

@@ -36,14 +36,13 @@ flat in rank order) over the suite's ``all_gather``.  Nothing of SGLang is copie
 
 from __future__ import annotations
 
-import contextvars
 import types
 from functools import cache
-from typing import Any
 
 import torch
 
 from engines.sglang import kernels
+from engines.sglang.sampling_wheel import RANK, Coordinator, _dense_head_weight, _Parallel
 from engines.sglang.wheel import wheel_functions
 from sharded.group import TPGroup
 from sharded.layout import ShardLayout
@@ -62,31 +61,13 @@ HEAD: dict[str, object] = {
 GRAPH_HEAD = {**HEAD, "added": 0}
 DOMINO_HEAD: dict[str, object] = {"soft_cap": None, "scale": 1.0, "added": 0, "logits_vocab": None, "d2t": "none"}
 EAGER_CHUNK = 256  # the method's default chunk_size, as the worker calls it
-DENSE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # dflash_utils._DENSE_HEAD_DTYPES
 LAYOUTS_WHY = "SGLang's ParallelLMHead cuts the vocabulary into even shards, and these samplers take every row"
-RANK: contextvars.ContextVar[Any] = contextvars.ContextVar("sglang_dflash_rank")
 
 
 def why_unavailable() -> str | None:
     """Why the samplers cannot run here (no wheel, another version, the file missing), or None: torch alone runs
     them, on any group, the simulated one included."""
     return kernels.wheel_missing(FILES)
-
-
-class _Group:
-    """The members of SGLang's ``GroupCoordinator`` the samplers call, over the suite's group."""
-
-    def __init__(self, group: TPGroup) -> None:
-        self.group, self.world_size, self.rank_in_group = group, group.world_size, group.rank
-
-    def all_gather_into_tensor(self, out: torch.Tensor, tensor: torch.Tensor) -> None:
-        out.copy_(self.group.all_gather(tensor.contiguous()).reshape(out.shape))
-
-
-class _Parallel:
-    @property
-    def tp_group(self) -> _Group:
-        return RANK.get()
 
 
 @cache
@@ -100,7 +81,7 @@ def _loaded(file: str) -> types.ModuleType:
         return wheel_functions("domino", path, ("_domino_tp_first_ids",), {})
     given = {
         "get_parallel": _Parallel,
-        "is_dense_head_weight": lambda weight: weight is not None and weight.dtype in DENSE_DTYPES,
+        "is_dense_head_weight": _dense_head_weight,
     }
     return wheel_functions("dflash_draft", path, KEEP, given)
 
@@ -150,7 +131,7 @@ def sglang_dflash_draft_graph(hidden, weight, bias, layout: ShardLayout, *, scal
         num_org=layout.num_real,
         org_vocab_start=layout.start,
         max_bs=rows,
-        tp_group=_Group(group) if group.world_size > 1 else None,
+        tp_group=Coordinator(group) if group.world_size > 1 else None,
     )
     sampler(torch.stack([torch.zeros_like(hidden), hidden], dim=1).reshape(2 * rows, -1))
     return sampler.out[:rows].clone()
@@ -172,7 +153,7 @@ def sglang_dflash_draft_eager(hidden, weight, bias, layout: ShardLayout, *, scal
         added_vocab_start_index=layout.added_start,
     )
     lm_head = types.SimpleNamespace(weight=weight, shard_indices=shard)
-    token = RANK.set(_Group(group))
+    token = RANK.set(group)
     try:
         return worker._greedy_sample_from_vocab_parallel_head(
             hidden_states=hidden, lm_head=lm_head, chunk_size=EAGER_CHUNK
@@ -188,7 +169,7 @@ def sglang_domino_first_ids(hidden, weight, bias, layout: ShardLayout, *, scale=
         raise ValueError("SGLang's Domino pick reads base rows only: no added vocabulary")
     logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
     pick = _loaded("domino")._domino_tp_first_ids
-    return pick(logits, org_vocab_start=layout.start, num_org=layout.num_real, tp_group=_Group(group))
+    return pick(logits, org_vocab_start=layout.start, num_org=layout.num_real, tp_group=Coordinator(group))
 
 
 sglang_dflash_draft_graph.head = GRAPH_HEAD

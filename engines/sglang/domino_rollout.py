@@ -26,7 +26,8 @@ import torch
 from torch import nn
 
 from engines.sglang import kernels
-from engines.sglang.dflash_draft import FILES, _check, _Group, _with_bias, judged_for_agreement, replicated_head
+from engines.sglang.dflash_draft import FILES, _check, _with_bias, judged_for_agreement, replicated_head
+from engines.sglang.sampling_wheel import Coordinator
 from engines.sglang.wheel import wheel_functions
 from sharded.layout import ShardLayout
 
@@ -77,7 +78,7 @@ def _second(hidden, weight, bias, layout: ShardLayout, scale, soft_cap, d2t, gro
         vocab_size=layout.vocab,
         shift_label=False,
         candidate_pool_size=0,
-        tp_group=_Group(group) if group.world_size > 1 else None,
+        tp_group=Coordinator(group) if group.world_size > 1 else None,
         lm_head_org_vocab_start=layout.start,
         lm_head_num_org=layout.num_real,
         lm_head_num_org_padded=layout.size,

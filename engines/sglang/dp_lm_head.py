@@ -17,22 +17,20 @@ vocabulary counts base ids) and no ``d2t``.  Nothing of SGLang is copied here.
 
 from __future__ import annotations
 
-import contextvars
 import types
 from functools import cache
 
 import torch
 
 from engines.sglang import kernels
+from engines.sglang.sampling_wheel import RANK, Coordinator
 from engines.sglang.wheel import wheel_functions
-from sharded.group import TPGroup
 from sharded.layout import ShardLayout
 from sharded.local_argmax import checked_shard_logits
 
 FILES = {"logits": "sglang/srt/layers/logits_processor.py"}
 HEAD: dict[str, object] = {"soft_cap": None, "scale": 1.0, "added": 0, "logits_vocab": None, "d2t": "none"}
 LAYOUTS_WHY = "the attention-TP group's ranks hold the same rows, and SGLang's ParallelLMHead cuts even shards"
-GROUP: contextvars.ContextVar[TPGroup] = contextvars.ContextVar("sglang_dp_lm_head_group")
 
 
 def why_unavailable() -> str | None:
@@ -40,24 +38,14 @@ def why_unavailable() -> str | None:
     return kernels.wheel_missing(FILES)
 
 
-def _sizes(out: torch.Tensor, tensor: torch.Tensor, world: int) -> None:
-    if out.numel() != world * tensor.numel():
-        raise RuntimeError(
-            f"all_gather_into_tensor: output of {out.numel()} elements, {world} x input {tensor.numel()}"
-        )
-
-
 def attn_tp_all_gather_into_tensor(out: torch.Tensor, tensor: torch.Tensor) -> None:
-    """Every rank's ``tensor``, flat in rank order, into ``out``."""
-    group = GROUP.get()
-    _sizes(out, tensor, group.world_size)
-    out.copy_(group.all_gather(tensor.contiguous()).reshape(out.shape))
+    """Every rank's ``tensor``, flat in rank order, into ``out`` (the attention-TP group's)."""
+    Coordinator(RANK.get()).all_gather_into_tensor(out, tensor)
 
 
 def attn_tp_all_gather(outputs: list[torch.Tensor], tensor: torch.Tensor) -> None:
     """Rank r's ``tensor`` into ``outputs[r]``, each the input's size."""
-    group = GROUP.get()
-    stacked = group.all_gather(tensor.contiguous())
+    stacked = RANK.get().all_gather(tensor.contiguous())
     for rank, out in enumerate(outputs):
         if out.shape != tensor.shape:
             raise RuntimeError(f"all_gather: output {rank} is {tuple(out.shape)}, the input {tuple(tensor.shape)}")
@@ -85,11 +73,11 @@ def sglang_dp_lm_head_argmax(hidden, weight, bias, layout: ShardLayout, *, scale
     """``_gather_attn_tp_logits`` on the rank's logits, then ``torch.argmax`` (module docstring)."""
     logits = _logits(hidden, weight, bias, layout, scale, soft_cap, d2t)
     processor = types.SimpleNamespace(vocab_size=layout.org_vocab, attn_tp_size=group.world_size)
-    token = GROUP.set(group)
+    token = RANK.set(group)
     try:
         return torch.argmax(_method()(processor, logits), dim=-1)
     finally:
-        GROUP.reset(token)
+        RANK.reset(token)
 
 
 def sglang_dp_lm_head_argmax_corrected(

@@ -30,7 +30,6 @@ copied here.
 
 from __future__ import annotations
 
-import contextvars
 import types
 from functools import cache
 
@@ -38,15 +37,14 @@ import torch
 
 from engines.sglang import kernels
 from engines.sglang.dflash_draft import _check, _with_bias, judged_for_agreement, replicated_head
+from engines.sglang.sampling_wheel import RANK, _Parallel
 from engines.sglang.wheel import wheel_functions
-from sharded.group import TPGroup
 from sharded.layout import ShardLayout
 
 FILES = {"eagle": "sglang/srt/speculative/eagle_utils.py", "tree": "sglang/kernels/ops/speculative/spec_tree.py"}
 KEEP = ("eagle_sample", "_verify_uses_greedy", "_can_use_sparse_uno_tree_target_sampling")
 TREE = ("verify_tree_greedy_func", "verify_tree_greedy_triton", "verify_tree_greedy_kernel_triton")
 PLATFORMS = {"cuda": dict(_is_cuda=True, _is_hip=False), "rocm": dict(_is_cuda=False, _is_hip=True)}
-RANK: contextvars.ContextVar[object] = contextvars.ContextVar("sglang_eagle_rank")  # the rank's tp_group
 JUDGED_WHY = (
     "the verify returns how many drafts each request accepted, not tokens of the classic path: only whether the "
     "ranks agree is judged"
@@ -56,16 +54,6 @@ JUDGED_WHY = (
 def why_unavailable() -> str | None:
     """Why the verify cannot run here (no wheel, no Triton or neither CUDA nor its interpreter), or None."""
     return kernels.why_unavailable(FILES)
-
-
-class _Group:
-    """SGLang's ``tp_group`` as ``eagle_sample`` calls it: ``world_size`` and an in-place ``broadcast``."""
-
-    def __init__(self, group: TPGroup) -> None:
-        self.group, self.world_size = group, group.world_size
-
-    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
-        tensor.copy_(self.group.all_gather(tensor.contiguous())[src])
 
 
 @cache
@@ -83,7 +71,7 @@ def _verify(platform: str) -> types.FunctionType:
         "_is_cpu": False,
         "verify_tree_greedy_func": tree.verify_tree_greedy_func,
         "get_spec": lambda: types.SimpleNamespace(speculative_use_rejection_sampling=False),
-        "get_parallel": lambda: types.SimpleNamespace(tp_group=RANK.get(), attn_tp_group=RANK.get()),
+        "get_parallel": _Parallel,
         "is_dp_attention_enabled": lambda: False,
         "sanitize_nan_logits": lambda logits, where: None,  # SGLANG_SANITIZE_NAN_LOGITS is off by default
         "SIMULATE_ACC_LEN": -1,  # SGLANG_SIMULATE_ACC_LEN's default: off
@@ -123,7 +111,7 @@ def _accepted(platform: str, hidden, weight, bias, layout: ShardLayout, scale, s
         sampling_info=sampling,
     )
     logits_output = types.SimpleNamespace(next_token_logits=target.repeat_interleave(2, dim=0).contiguous())
-    token = RANK.set(_Group(group))
+    token = RANK.set(group)
     try:
         _, accept_lens, _ = _verify(platform)(verify_input, batch, logits_output)
     finally:

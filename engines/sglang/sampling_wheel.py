@@ -64,10 +64,37 @@ def why_unavailable() -> str | None:
 RANK: contextvars.ContextVar[TPGroup] = contextvars.ContextVar("sglang_rank")
 
 
+class Coordinator:
+    """The members of SGLang's ``GroupCoordinator`` its code under test calls, over the suite's group: the sizes,
+    ``all_gather_into_tensor`` (every rank's tensor, flat in rank order; sizes checked as NCCL checks them) and an
+    in-place ``broadcast``."""
+
+    def __init__(self, group: TPGroup) -> None:
+        self.group, self.world_size, self.rank_in_group = group, group.world_size, group.rank
+
+    def all_gather_into_tensor(self, out: torch.Tensor, tensor: torch.Tensor) -> None:
+        if out.numel() != self.world_size * tensor.numel():
+            raise RuntimeError(
+                f"all_gather_into_tensor: output of {out.numel()} elements, {self.world_size} x input {tensor.numel()}"
+            )
+        out.copy_(self.group.all_gather(tensor.contiguous()).reshape(out.shape))
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
+        tensor.copy_(self.group.all_gather(tensor.contiguous())[src])
+
+
 class _Parallel:
+    """``get_parallel()``: the running rank's sizes and groups (attention's TP group is the TP group here)."""
+
     @property
     def tp_size(self) -> int:
         return RANK.get().world_size
+
+    @property
+    def tp_group(self) -> Coordinator:
+        return Coordinator(RANK.get())
+
+    attn_tp_group = tp_group
 
 
 def _all_gather(t: torch.Tensor, dim: int = -1) -> torch.Tensor:

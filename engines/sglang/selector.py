@@ -29,6 +29,7 @@ import torch
 
 from engines.sglang import kernels
 from engines.sglang.dflash_draft import _check, _with_bias, judged_for_agreement, replicated_head
+from engines.sglang.sampling import _Head
 from engines.sglang.sampling_wheel import RANK, _all_gather, _dense_head_weight, _Parallel
 from engines.sglang.wheel import wheel_functions
 from sharded.layout import ShardLayout
@@ -52,14 +53,6 @@ JUDGED_WHY = (
 def why_unavailable() -> str | None:
     """Why the selector cannot run here, or None: the wheel alone (torch runs it, on any group)."""
     return kernels.wheel_missing(FILES)
-
-
-class _Head:
-    """The target's ``lm_head`` as ``candidate_topk`` reads it: a dense shard and its base rows."""
-
-    def __init__(self, weight: torch.Tensor, layout: ShardLayout) -> None:
-        self.weight, self.org_vocab_size = weight, layout.vocab
-        self.shard_indices = types.SimpleNamespace(num_org_elements=layout.num_real, org_vocab_start_index=layout.start)
 
 
 @cache
@@ -90,7 +83,7 @@ def _proposals(hidden, weight, bias, layout: ShardLayout, scale, soft_cap, d2t, 
     module = _loaded()
     token = RANK.set(group)
     try:
-        ids, vals, _ = module.candidate_topk(hidden, _Head(weight, layout), TOP_K)
+        ids, vals, _ = module.candidate_topk(hidden, _Head(weight, None, layout), TOP_K)  # the bias is a feature
         replica = replicated_head(weight, layout, group)
         selector = module.CandidateSelector(
             hidden_size=features, vocab_size=layout.vocab, state_rank=features, top_k=TOP_K
