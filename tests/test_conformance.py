@@ -53,6 +53,16 @@ def test_the_page_is_what_the_report_renders_from_its_json(release):
 
 
 @pytest.mark.parametrize("release", VLLM_RELEASES)
+def test_the_page_judges_the_local_path_where_the_ranks_inputs_differ(release):
+    """The local path gathers one (value, id) pair per rank and every rank reduces the same pairs, so its ranks agree
+    and each token is the oracle's on the logits each rank computed: both pages show it, corrected rows too."""
+    cells = {row["name"]: row["cells"] for row in DATAS[release]["rows"]}
+    for name in ("vllm", "vllm (corrected)", "vllm_classic"):
+        for test in ("test_ranks_agree", "test_exact_under_divergence"):
+            assert cells[name][test]["outcome"] == "passed", (name, test)
+
+
+@pytest.mark.parametrize("release", VLLM_RELEASES)
 def test_the_page_covers_every_kind_of_subject(release):
     data = DATAS[release]
     kinds = {row["kind"] for row in data["rows"] if row["cells"]}
@@ -98,7 +108,7 @@ SHARED = shared_memory_files()
 
 
 def test_the_shared_memory_files_record_the_environment_they_failed_in():
-    assert len(SHARED) == 4, SHARED
+    assert len(SHARED) == 5, SHARED
     for file in SHARED:
         assert repro.load(ROOT / file)[0].get("env") == {SHM_ENV: "1"}, file
 

@@ -502,7 +502,7 @@ def test_an_end_to_end_section_merges_into_a_report_of_another_budget():
     from tpargmax.report import merge
 
     base = json.loads((ROOT / "docs" / "conformance" / "vllm-0.32.0.json").read_text())
-    new = {**base, "budget": {**base["budget"], "gloo_share": 0.0625}, "rows": [], "end_to_end": SECTION}
+    new = {**base, "budget": {**base["budget"], "gloo_share": 0.5}, "rows": [], "end_to_end": SECTION}
     merged = merge(base, {**new, "command": "tpargmax report --rows end to end"})
     assert merged["end_to_end"] == SECTION and merged["rows"] == base["rows"]
     with pytest.raises(ValueError, match="cannot merge rows run on another budget"):

@@ -8,6 +8,7 @@ installed is tests/test_standalone.py's and tests/test_sampling_conformance.py's
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -39,6 +40,20 @@ def test_every_failure_is_claimed_once_and_no_claim_is_stale(page):
     assert len(keys) == len(set(keys)), "two failures share a key"
     assert sorted(set(keys) - set(claims)) == [], "failures no cause or reason claims"
     assert sorted(set(claims) - set(keys)) == [], "claims of failures the page no longer has"
+
+
+def test_the_failures_a_finding_names_by_number_are_its_own_on_the_page_it_names():
+    """0.32.0's texts name failures by number on 0.32.0's page ("0.32.0's F22"): a regenerated page renumbers them,
+    and 0.33.0's page carries the texts as they are, so each number must be on that page and be the finding's."""
+    data = json.loads((ROOT / f"{PAGE}.json").read_text(encoding="utf-8"))
+    numbers = {number: failure_key(row, test, fail) for number, row, test, fail in _failures(data)}
+    for item in (*FINDINGS.causes, *FINDINGS.reasons):
+        parts = [item.why, getattr(item, "reaches", ""), *getattr(item, "evidence", ())]
+        text = " ".join(parts + [c.title for c in getattr(item, "consequences", ())])
+        refs = re.findall(r"\bF(\d+)(?: to F(\d+))?", text)
+        assert not refs or "0.32.0's F" in text, f"{item.id} names failures without the page they are on"
+        named = [f"F{n}" for first, last in refs for n in range(int(first), int(last or first) + 1)]
+        assert [n for n in named if numbers.get(n) not in item.all_failures] == [], item.id
 
 
 @pytest.mark.parametrize("page", sorted(PAGES))

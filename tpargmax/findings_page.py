@@ -60,6 +60,8 @@ def removes(data: dict[str, Any], failures: list[Failure], claims: Claims, cause
 def _correction(data: dict[str, Any], failures: list[Failure], claims: Claims, cause: Cause) -> str:
     if not cause.correction:
         return "none yet"
+    if not numbers_of(failures, cause.all_failures):
+        return "no failure of this run to remove"
     gone, left = removes(data, failures, claims, cause)
     return f"removes {', '.join(gone) or 'none'}" + (f"; leaves {', '.join(left)}" if left else "")
 
@@ -103,7 +105,7 @@ def section(data: dict[str, Any], failures: list[Failure], findings: Findings, c
                 ),
             )
         )
-        listed = listed if shown(cause, keys) else "; ".join(filter(None, (NOT_SHOWN, listed)))
+        listed = (listed or BY_SCRIPT) if shown(cause, keys) else "; ".join(filter(None, (NOT_SHOWN, listed)))
         name = cause.script.rsplit("/", 1)[-1]
         script = f"[{name}]({_relative(cause.script, findings.page)})" if cause.script else "—"
         out.append(
@@ -117,10 +119,11 @@ def section(data: dict[str, Any], failures: list[Failure], findings: Findings, c
         out += ["- **Evidence:**"] + [f"  - `{line}`" for line in cause.evidence]
         fixed = on_corrected_rows(proof, cause)
         listed = ", ".join(numbers_of(failures, cause.failures)) or "—"
+        listed = BY_SCRIPT if not (numbers_of(failures, cause.all_failures) or fixed) else listed
         listed += f" (on the corrected rows: {', '.join(fixed)})" if fixed else ""
         listed = listed if shown(cause, keys) else f"{NOT_SHOWN}; {listed}"
         out += [f"- **Why:** {cause.why}", f"- **Failures:** {listed}"]
-        for consequence in cause.consequences:
+        for consequence in (c for c in cause.consequences if c.failures):  # one this page's run showed
             listed = ", ".join(numbers_of(failures, consequence.failures))
             out.append(f"- **Consequence:** {consequence.title}: {listed}")
         if cause.script:
@@ -138,6 +141,7 @@ def section(data: dict[str, Any], failures: list[Failure], findings: Findings, c
     return out
 
 
+BY_SCRIPT = "none in this run: its reproduction shows it"
 NOT_SHOWN = "not shown: no failure of the engine's own rows in this run, and no reproduction"
 
 

@@ -37,11 +37,14 @@ CAUSES = (
             "The candidates come centroid by centroid, in the order the top-k ranked the centroids, and within a "
             "centroid in the token ordering. argmax returns the first maximal candidate, so a tie goes to the "
             "best-scoring centroid's token, not to the lowest id that argmax over the vocabulary (and this "
-            "class's own `compute_logits`) returns. In F43 ids 241, 450 and 619 tie and centroid 4 ranks first, "
-            "so 619 comes back; 'the higher rank' on the page is a coincidence, as the head is all-gathered and "
+            "class's own `compute_logits`) returns. In 0.32.0's F46 ids 241, 450 and 619 tie and centroid 4 ranks "
+            "first, so 619 comes back; 'the higher rank' on the page is a coincidence, as the head is all-gathered and "
             "every rank makes the same choice."
         ),
-        failures=("test_token_exact-sharded_vllm_models_Gemma4MTP_all_centroids__get_top_tokens-gloo-fe6919f519",),
+        failures=(
+            "test_token_exact-engines_vllm_models_Gemma4MTP_all_centroids__get_top_tokens-gloo-fbfdea188a",
+            "test_exact_under_divergence-engines_vllm_models_Gemma4MTP_all_centroids__get_top_tokens-gloo-6b1592f878",
+        ),
         correction=(
             "`engines/vllm/fixes_gemma4.py:masked_top_tokens` replaces "
             "`Gemma4MTPMaskedEmbedder.get_top_tokens`: among the candidates holding the row's maximum (a "
@@ -71,11 +74,13 @@ CAUSES = (
             "None under `python -O`)."
         ),
         failures=(
-            "test_token_exact-sharded_vllm_models_Gemma4MTP_dense__get_top_tokens-gloo-0ecd400357",
-            "test_output_contract-sharded_vllm_models_Gemma4MTP_dense__get_top_tokens-gloo-80464225ed",
-            "test_tp_invariance-sharded_vllm_models_Gemma4MTP_dense__get_top_tokens-gloo-95a2937efb",
-            "test_row_independence-sharded_vllm_models_Gemma4MTP_dense__get_top_tokens-gloo-370f6f5cbb",
-            "test_determinism-sharded_vllm_models_Gemma4MTP_dense__get_top_tokens-gloo-d5f24f990e",
+            "test_token_exact-engines_vllm_models_Gemma4MTP_dense__get_top_tokens-gloo-938efa64ff",
+            "test_output_contract-engines_vllm_models_Gemma4MTP_dense__get_top_tokens-gloo-5e962298b4",
+            "test_tp_invariance-engines_vllm_models_Gemma4MTP_dense__get_top_tokens-gloo-08c1db60cf",
+            "test_row_independence-engines_vllm_models_Gemma4MTP_dense__get_top_tokens-gloo-056194b5f1",
+            "test_determinism-engines_vllm_models_Gemma4MTP_dense__get_top_tokens-gloo-46f0a4f181",
+            "test_ranks_agree-engines_vllm_models_Gemma4MTP_dense__get_top_tokens-gloo-216cca58ff",
+            "test_exact_under_divergence-engines_vllm_models_Gemma4MTP_dense__get_top_tokens-gloo-1746e1fc94",
         ),
         correction=(
             "`engines/vllm/fixes_gemma4.py:gemma4_top_tokens` replaces `Gemma4MTP.get_top_tokens`: without "
@@ -115,12 +120,12 @@ CAUSES = (
             "The class builds its LogitsProcessor with the final soft cap and its dense branch applies it; the "
             "masked branch scores candidates with a bare dot product and chooses among them uncapped. The cap is "
             "monotone, so the choice changes only where the cap rounds distinct logits to one value: the classic "
-            "path then takes the lowest id, the masked path the larger raw logit. In F44 ids 46 and 79 have raw "
-            "logits 504 and 696, both capped to 30.0 in float32; the classic path returns 46 and vLLM 79, the "
+            "path then takes the lowest id, the masked path the larger raw logit. In 0.32.0's F48 ids 46 and 79 have "
+            "raw logits 504 and 696, both capped to 30.0 in float32; the classic path returns 46 and vLLM 79, the "
             "first maximum of the logits without the cap. (Float64 logits, where the cap of 504 stays below 30, "
             "would choose 79 too: the failure lists both.)"
         ),
-        failures=("test_token_exact-sharded_vllm_models_Gemma4MTP_all_centroids__compute_logits-gloo-a72806dabf",),
+        failures=("test_token_exact-engines_vllm_models_Gemma4MTP_all_centroids__compute_logits-gloo-8875532f20",),
         correction=(
             "`engines/vllm/fixes_gemma4.py`: `gemma4_top_tokens` hands the head's LogitsProcessor to "
             "`masked_top_tokens`, which caps and scales the candidates before choosing; `gemma4_logits` "

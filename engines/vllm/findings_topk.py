@@ -39,15 +39,18 @@ CAUSES = (
         failures=(
             "test_top_k_exact-vllm_topk-gloo-9f8e8a4653",
             "test_top_k_exact-vllm_topk_logprobs-gloo-286c0882e7",
-            "test_top_k_exact-sharded_vllm_models_LiLiCorrForCausalLM_get_top_k_tokens-gloo-9374240cda",
+            "test_top_k_exact-engines_vllm_models_LiLiCorrForCausalLM_get_top_k_tokens-gloo-546f71fd8d",
         ),
         consequences=(
             Consequence(
                 "the first of k tied ids is not the one `get_top_tokens` returns: top-1 differs from the argmax",
                 (
-                    "test_top1_is_the_argmax_token-vllm_topk-gloo-585850fca4",
-                    "test_top1_is_the_argmax_token-sharded_vllm_models_LiLiCorrForCausalLM_get_top_k_tokens-gloo"
-                    "-28f9fdef98",
+                    "test_top1_is_the_argmax_token-vllm_topk-gloo-64775a2385",
+                    "test_top1_is_the_argmax_token-vllm_topk_logprobs-gloo-5f57cb010a",
+                    "test_top1_is_the_argmax_token-engines_vllm_models_DFlash2Qwen3ForCausalLM_get_top_k_tokens-gloo"
+                    "-94d5b3c73b",
+                    "test_top1_is_the_argmax_token-engines_vllm_models_LiLiCorrForCausalLM_get_top_k_tokens-gloo"
+                    "-ca0e71896a",
                 ),
             ),
         ),
@@ -127,7 +130,7 @@ CAUSES = (
             "was trained with cannot be read from the wheel (MuseGlimmer's own model scales first); the defect is "
             "that the layer disagrees with itself."
         ),
-        failures=("test_top_k_exact-sharded_vllm_models_DFlash2Qwen3ForCausalLM_get_top_k_tokens-gloo-fbba2b5798",),
+        failures=("test_top_k_exact-engines_vllm_models_DFlash2Qwen3ForCausalLM_get_top_k_tokens-gloo-d6f09d5982",),
         correction=(
             "`engines/vllm/fixes.py:_token_logits` caps, then scales, the whole shard before selecting, so "
             "the values returned are the classic logits bit for bit"
@@ -161,9 +164,7 @@ CAUSES = (
             "from `get_top_tokens`, and the order of capped ties from the classic top-k. The docstring's argument "
             "(both maps are monotonic) holds for reals, not floats."
         ),
-        failures=(
-            "test_top1_is_the_argmax_token-sharded_vllm_models_DFlash2Qwen3ForCausalLM_get_top_k_tokens-gloo-7e62e94c6d",
-        ),
+        failures=(),
         correction=(
             "the same place as V7: selection after the cap and scale, with V5's order, so capped ties "
             "resolve to the lowest id as on the classic path"
@@ -218,7 +219,7 @@ CAUSES = (
                 "vllm/distributed/device_communicators/cpu_communicator.py:298: "
                 "torch.ops._C.shm_all_gather(self.handle, input, output)"
             ),
-            "NotImplementedError: \"shm_all_gather_impl\" not implemented for 'Long' (the page's F36 to F40)",
+            "NotImplementedError: \"shm_all_gather_impl\" not implemented for 'Long' (0.32.0's F33 to F37)",
         ),
         why=(
             "The local top-k sends its ids as int64 through the group's all-gather. On CPU, vLLM replaces "
@@ -227,10 +228,10 @@ CAUSES = (
             "float32 pairs of `get_top_tokens` pass."
         ),
         failures=(
-            f"{SHM}test_top_k_exact-vllm_topk-gloo-7119980e0f",
-            f"{SHM}test_top_k_contract-vllm_topk-gloo-27c464881f",
-            f"{SHM}test_top1_is_the_argmax_token-vllm_topk-gloo-46cf9fa072",
-            f"{SHM}test_top_k_determinism-vllm_topk-gloo-47f135d4e6",
+            f"{SHM}test_top_k_exact-vllm_topk-gloo-d70b8e096a",
+            f"{SHM}test_top_k_contract-vllm_topk-gloo-4542a39e2f",
+            f"{SHM}test_top1_is_the_argmax_token-vllm_topk-gloo-504be4ed43",
+            f"{SHM}test_top_k_determinism-vllm_topk-gloo-a4914fee14",
             "vllm_topk (CPU SHM) test_top_k_rejects_k_above_the_logits_vocabulary",
         ),
         correction=(

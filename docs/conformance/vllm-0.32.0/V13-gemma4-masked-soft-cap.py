@@ -8,7 +8,7 @@ cannot be judged here: vLLM is not installed, or rank 0 gave no answer.  Generat
 tpargmax.standalone`.
 
 Case: Case(batch=4, hidden=64, vocab=1000, tp=4, seed=4, soft_cap=30.0, ties=('softcap_saturation',)), from
-repro/vllm-0.32.0/test_token_exact-sharded_vllm_models_Gemma4MTP_all_centroids__compute_logits-gloo-a72806dabf.json.
+repro/vllm-0.32.0/test_token_exact-engines_vllm_models_Gemma4MTP_all_centroids__compute_logits-gloo-8875532f20.json.
 Kept: tp=2 (the case ran at tp=4; tp=2 returns the same); hidden row 1 only; head rows 46, 79, 202, 245 only, every
 other row zero.
 

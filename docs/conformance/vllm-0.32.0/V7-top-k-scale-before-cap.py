@@ -8,7 +8,7 @@ it cannot be judged here: vLLM is not installed, or rank 0 gave no answer.  Gene
 tpargmax.standalone`.
 
 Case: Case(batch=1, hidden=64, vocab=1000, tp=2, scale=0.5, soft_cap=30.0), k=3, from
-repro/vllm-0.32.0/test_top_k_exact-sharded_vllm_models_DFlash2Qwen3ForCausalLM_get_top_k_tokens-gloo-fbba2b5798.json.
+repro/vllm-0.32.0/test_top_k_exact-engines_vllm_models_DFlash2Qwen3ForCausalLM_get_top_k_tokens-gloo-d6f09d5982.json.
 Kept: head rows 837, 847, 900 only, every other row zero.
 
 DFlash2's candidate head: scale 0.5, soft cap 30; the top values are scaled, then capped.

@@ -8,9 +8,7 @@ cannot be judged here: vLLM is not installed, or rank 0 gave no answer.  Generat
 tpargmax.standalone`.
 
 Case: Case(batch=1, hidden=64, vocab=1000, tp=2, seed=185, scale=0.5, soft_cap=30.0, ties=('softcap_saturation',)),
-k=1, from
-repro/vllm-0.32.0/test_top1_is_the_argmax_token-sharded_vllm_models_DFlash2Qwen3ForCausalLM_get_top_k_tokens-gloo-7e62e94c6d.json.
-Kept: head rows 411, 487, 497 only, every other row zero.
+k=1, built from its seed as the property builds it. Kept: head rows 411, 487, 497 only, every other row zero.
 
 Ids 411, 487 and 497 (raw logits 515, 643, 579) all cap to 30.0 in float32: the classic path takes the lowest id,
 vLLM's top-k the largest raw logit.
