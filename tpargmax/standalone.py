@@ -23,7 +23,6 @@ import torch
 from engines.versions import VLLM_VERSION, vllm_page, vllm_repro
 from engines.vllm import shm
 from engines.vllm import standalone as templates
-from engines.vllm.build import release_key
 from engines.vllm.standalone_catalog import SCRIPTS, Script
 from properties.cases.case import Case
 from properties.cases.tensors import build
@@ -201,10 +200,9 @@ def preconditions(kind: templates.Kind, release: str = VLLM_VERSION) -> dict[str
     start and, in each rank, after vLLM's answer; for a later release's cause, that the installed vLLM is not
     older (``templates.TOO_OLD``)."""
     if release != VLLM_VERSION:
-        since = release_key(release)
         return {
             "static": "too_old()",
-            "functions": templates.TOO_OLD.substitute(since_tuple=since, since=release),
+            "functions": templates.TOO_OLD.substitute(since=release),
             "after": "",
         }
     if not kind.shared_memory:

