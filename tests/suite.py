@@ -37,7 +37,8 @@ def _not_a_listed_release() -> str | None:
 
 # What a listed release's page records (its repro files fail, its scripts exit 1) is judged where that release runs:
 # skipped without vLLM (the install command), and with a build no page records, which may have fixed a cause.
-ON_A_LISTED_RELEASE = pytest.mark.skipif(_not_a_listed_release() is not None, reason=_not_a_listed_release() or "")
+_UNLISTED = _not_a_listed_release()
+ON_A_LISTED_RELEASE = pytest.mark.skipif(_UNLISTED is not None, reason=_UNLISTED or "")
 
 
 def committed_repro_files(root: Path = ROOT) -> list[Path]:
