@@ -44,7 +44,7 @@ from sharded.local_top_k import DEFAULT_TOPK_IMPLS, TOPK_BUILTINS
 
 SUBJECTS = ("impl", "topk_impl", "sampling_impl")  # the fixtures that hold an implementation under test
 TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests")  # the project's own tests
-pytest_plugins = ("properties.e2e.plugin",)  # --e2e: vLLM's engine end to end
+pytest_plugins = ("properties.e2e.plugin", "properties.harness.baseline")  # --e2e; --baseline: known causes
 # xdist's workers share the cores (one more than there are: pytest_xdist_auto_num_workers): one intra-op thread each.
 torch.set_num_threads(1)
 
@@ -352,12 +352,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="needs a process per rank (an engine): runs on gloo and torchrun"))
         elif params.get("backend") == "torchrun" and getattr(item, "originalname", "") == "test_tp_invariance":
             item.add_marker(pytest.mark.skip(reason="a torchrun job has one tp, and TP invariance compares two"))
-        elif item.get_closest_marker("own_head") and any(impl.head for impl in impls):
-            item.add_marker(
-                pytest.mark.skip(
-                    reason="the implementation fixes its head (a model class): this property sizes or changes it"
-                )
+        elif item.get_closest_marker("own_head") and (any(i.head for i in impls) or run_settings.current().pinned):
+            whose = (
+                "the implementation fixes its head (a model class)"
+                if any(i.head for i in impls)
+                else ("a model class of this run fixes every case's head")
             )
+            item.add_marker(pytest.mark.skip(reason=f"{whose}: this property sizes or changes it"))
         elif item.get_closest_marker("local_path") and any(impl.classic for impl in impls):
             item.add_marker(pytest.mark.skip(reason="a classic path scatters through d2t before its argmax"))
         elif (why := _subject_skip(item, impls)) is not None:

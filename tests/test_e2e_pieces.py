@@ -366,9 +366,36 @@ def test_the_command_without_vllm_exits_2_in_one_line(monkeypatch, capsys):
 
     without_vllm(monkeypatch)
     assert main(["e2e"]) == 2
-    assert (
-        capsys.readouterr().err.strip() == "tpargmax e2e: needs vLLM 0.32.0 in this environment: tpargmax install-vllm"
+    assert capsys.readouterr().err.strip() == "tpargmax e2e: needs vLLM in this environment: tpargmax install-vllm"
+
+
+def test_the_command_on_a_build_without_cpu_kernels_exits_2_before_any_engine(monkeypatch, capsys):
+    """The CUDA wheel on a CPU (0.33.0's, a contributor's Python-only build over it): its engine cannot run here."""
+    import importlib.util
+
+    from engines.vllm import shm
+    from tpargmax.cli import main
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: found("json") if name == "vllm" else found(name, *a)
     )
+    monkeypatch.setattr(shm, "cpu_kernels_missing", lambda: "needs vLLM's CPU kernels: vLLM 0.33.0 here has none")
+    assert main(["e2e"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "tpargmax e2e: vLLM's engine cannot run here: needs vLLM's CPU kernels: vLLM 0.33.0 here has none"
+
+
+def test_the_command_names_the_installed_build_s_repro_folder(monkeypatch):
+    from engines import versions
+    from tpargmax.e2e import command
+
+    monkeypatch.setattr(versions, "installed_vllm", lambda: "0.34.0.dev1")
+    monkeypatch.setattr("tpargmax.e2e.installed_vllm", lambda: "0.34.0.dev1")
+    args = SimpleNamespace(profile="ci", repro_dir=None, methods="eagle", dtypes="float32", examples=None,
+                           self_test=False, pytest_args=[])  # fmt: skip
+    cmd = command(args)
+    assert cmd[cmd.index("--repro-dir") + 1] == "repro/vllm-0.34.0.dev1"
 
 
 def test_without_e2e_its_modules_say_what_they_need_and_the_run_orders_nothing(monkeypatch):

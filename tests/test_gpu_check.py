@@ -15,7 +15,7 @@ from engines.versions import SGLANG_VERSION
 from sharded.impls import OPTIONAL, load_impl, why_unavailable
 from tests.suite import ROOT, run
 from tpargmax.gpu_check import TRAP, render, runs, trap_caught
-from tpargmax.report import run_pytest
+from tpargmax.report_runs import run_pytest
 from tpargmax.report_subjects import Run, Subject
 
 

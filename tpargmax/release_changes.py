@@ -11,16 +11,15 @@ changed (it fails, and a line it quotes is gone), fixed, or not judgeable here: 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from engines.findings import Cause, Findings, Reason
 from engines.versions import VLLM_VERSION, installed_vllm
+from engines.vllm.baseline import MODELLED, causes_of, run_script
 from tpargmax.findings_page import Failure, anchor, load, numbers_of
 
-SCRIPT_TIMEOUT = 600.0  # a script's own limit is 300 s for its ranks; vLLM's import comes before it
+ITSELF = "vLLM's local path itself, its model with every known cause corrected"
 QUOTE = re.compile(r"^(?P<path>[\w./-]+\.py):(?P<line>\d+)(?:-(?P<last>\d+))?: (?P<code>.+)$")
 
 
@@ -58,18 +57,6 @@ def relocate(quote: str, root: Path) -> dict[str, Any]:
             near = min(hits, key=lambda n: abs(n - first))
             return {"quote": quote, "line": first if first <= near <= last else near}
     return {"quote": quote, "line": None}
-
-
-def run_script(script: str, root: Path) -> dict[str, Any]:
-    """A cause's standalone reproduction, run with this interpreter: its exit and its last line."""
-    try:
-        done = subprocess.run(
-            [sys.executable, script], cwd=root, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT
-        )
-    except subprocess.TimeoutExpired:
-        return {"exit": None, "line": f"no answer within {SCRIPT_TIMEOUT:g} s"}
-    lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
-    return {"exit": done.returncode, "line": (lines[-1] if lines else "")[:300]}
 
 
 def measure(previous: Findings, root: Path, log) -> dict[str, Any]:
@@ -114,6 +101,14 @@ def status(item: Cause | Reason, change: dict[str, Any], lacking: dict[str, str]
     return "unseen", ""
 
 
+def _judged(item: Cause | Reason, change: dict[str, Any], lacking: dict[str, str], failing: bool) -> tuple[str, str]:
+    """A cause's cells: what became of it (with why, unless it is still failing), and what its reproduction did."""
+    key, why = status(item, change, lacking, failing)
+    script = change.get("script")
+    ran = "—" if not script else f"exit {script['exit']}" if script["exit"] is not None else script["line"]
+    return STATUS[key] + (f" ({why})" if why and key != "failing" else ""), ran
+
+
 def _evidence(change: dict[str, Any]) -> str:
     """The quoted lines where they are now: ``file:line`` (with the old line where it moved), or gone."""
     out = []
@@ -151,10 +146,7 @@ def section(data: dict[str, Any], failures: list[Failure], findings: Findings, p
         change = changes["causes"].get(item.id, {})
         mine = now.get(item.id, item)
         listed = numbers_of(originals, mine.all_failures)
-        key, why = status(item, change, changes["lacks"], bool(listed))
-        script = change.get("script")
-        ran = "—" if not script else f"exit {script['exit']}" if script["exit"] is not None else script["line"]
-        text = STATUS[key] + (f" ({why})" if why and key != "failing" else "")
+        text, ran = _judged(item, change, changes["lacks"], bool(listed))
         link = f"[{item.id}](#{anchor(mine)})" if item.id in now else item.id
         out.append(f"| {link} {item.title} | {text} | {', '.join(listed) or '—'} | {ran} | {_evidence(change)} |")
     out.append("")
@@ -181,3 +173,51 @@ def release_of(findings: Findings) -> str:
 def previous_of(findings: Findings) -> Findings | None:
     """The previous release's findings a page's findings name, or None."""
     return load({"findings": findings.previous}) if findings.previous else None
+
+
+def baseline_section(data: dict[str, Any], failures: list[Failure], findings: Findings) -> list[str]:
+    """A build no page lists (``data["baseline"]``): each of the release's causes and reasons judged with it, by
+    what this run's failures it claimed (``--baseline``: ``engines/vllm/baseline.py``), its reproduction and its
+    quoted lines; then what no known cause claims, new in this build."""
+    since, release = data["baseline"]["since"], data["baseline"]["release"]
+    changes, met = data["changes"], _met(data)
+    out = [
+        f"## What changed since vLLM {since}",
+        "",
+        f"vLLM {release} is a build no page lists: its run was judged against vLLM {since}'s causes and reasons "
+        f"and the listed releases' own runs (`--baseline`). A failure one of them claims did not fail its cell, and "
+        f"the search went on past it; it is counted here. Each cause no failure of this run is claimed by is judged "
+        f"by its standalone reproduction run with {release} (exit 1 while the defect is there, 0 once it is gone, 2 "
+        f"where it cannot be judged here), and each line it quotes is found again in {release}'s code.",
+        "",
+        f"| cause | in {release} | met in this run | reproduction | evidence in {release} |",
+        "|---|---|---|---|---|",
+    ]
+    for item in (*findings.causes, *findings.reasons):
+        change = changes["causes"].get(item.id, {})
+        seen = met.pop(item.id, [])
+        text, ran = _judged(item, change, changes["lacks"], bool(seen))
+        out.append(f"| {item.id} {item.title} | {text} | {'; '.join(seen) or '—'} | {ran} | {_evidence(change)} |")
+    out.append("")
+    for claim, seen in met.items():  # the releases' own runs: failures known without a cause read
+        out.append(f"- Known from {claim} (its cause not read): {'; '.join(seen)}.")
+    new = [number for number, row, _, _ in failures if not row.get("corrects")]
+    out.append(
+        f"- **New in {release}:** {', '.join(new)}: no known cause claims them."
+        if new
+        else f"- **New in {release}:** none."
+    )
+    return out + [""]
+
+
+def _met(data: dict[str, Any]) -> dict[str, list[str]]:
+    """Each known cause (or own run) this run's original rows met: ``subject test xN`` entries."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in data["rows"]:
+        for test, cell in [] if row.get("corrects") else row["cells"].items():
+            for note in cell.get("known", []):
+                claim = note["cause"]
+                for name in [ITSELF] if claim == f"{MODELLED}none" else causes_of(claim):
+                    where = counts.setdefault(name, {})
+                    where[f"`{row['name']}` {test}"] = where.get(f"`{row['name']}` {test}", 0) + note["count"]
+    return {name: [f"{where} x{n}" for where, n in seen.items()] for name, seen in counts.items()}

@@ -11,18 +11,12 @@ function of the JSON, so a committed page can be checked against its committed J
 from __future__ import annotations
 
 import argparse
-import collections
-import contextlib
 import json
-import os
 import platform
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,16 +25,19 @@ from typing import Any
 from engines.versions import (
     SGLANG_VERSION,
     TPU_INFERENCE_VERSION,
+    VLLM_FINDINGS,
     VLLM_RELEASES,
     VLLM_VERSION,
     sampling_repro,
     vllm_release,
     vllm_repro,
 )
+from engines.vllm.baseline import judged_against
 from properties.harness.profiles import BACKEND_SHARE
 from tpargmax import findings_page, release_changes, report_e2e
 from tpargmax.report_json import read_report
 from tpargmax.report_page import render
+from tpargmax.report_runs import run_pytest
 from tpargmax.report_sglang import FINDINGS as SGLANG_FINDINGS
 from tpargmax.report_sglang import sglang_runs
 from tpargmax.report_subjects import (
@@ -48,7 +45,6 @@ from tpargmax.report_subjects import (
     SAMPLING_FINDINGS,
     SAMPLING_VLLM_FINDINGS,
     TPU_FINDINGS,
-    VLLM_FINDINGS,
     Run,
     Subject,
     model_runs,
@@ -88,22 +84,23 @@ RUNS = {"sampling": sampling_runs, "tpu-inference": tpu_inference_runs, "sglang"
 
 
 def page_spec(page: str) -> tuple[str, str, str, tuple[str, ...]]:
-    """:data:`PAGES`' entry for ``page``; vLLM's for the release installed here (its title, its findings, its repro
-    folder, and the CUDA wheel's distribution in the header where the release has no CPU wheel), or a ValueError
-    naming a release the suite does not know."""
+    """:data:`PAGES`' entry for ``page``; vLLM's for the build installed here (its title, its findings, its repro
+    folder, and the CUDA wheel's distribution in the header where the release has no CPU wheel).  A build no page
+    lists takes the findings of the release it is judged against (``judged_against``); the samplers' page is
+    written for a listed release only (a ValueError names the ones there are)."""
     release = vllm_release()
     if page not in ("vllm", "sampling") or release == VLLM_VERSION:
         return PAGES[page]
-    if release not in VLLM_RELEASES:
-        raise ValueError(f"vLLM {release} is installed, and this suite knows {', '.join(VLLM_RELEASES)}")
+    if page == "sampling" and release not in VLLM_RELEASES:
+        raise ValueError(f"vLLM {release} is installed, and the samplers' page knows {', '.join(VLLM_RELEASES)}")
     if page == "sampling":
         title = f"{PAGES[page][0]}, with vLLM {release}"
         return (title, SAMPLING_VLLM_FINDINGS[release], sampling_repro(release), (*PAGES[page][3], "vllm"))
-    return (f"vLLM {release} conformance", VLLM_FINDINGS[release], vllm_repro(release), ("vllm",))
+    findings = VLLM_FINDINGS[judged_against(release) or release]
+    return (f"vLLM {release} conformance", findings, vllm_repro(release), ("vllm",))
 
 
 PYTEST = (sys.executable, "-m", "pytest")
-TAIL = 15  # lines of a broken run's output its failure keeps
 RUN_FLAGS = ("-p", "no:cacheprovider", "-v", "--no-header", "--hypothesis-profile", "ci")  # every run of a report
 
 
@@ -116,6 +113,7 @@ def run_once(
     *,
     launcher: tuple[str, ...] = PYTEST,
     where: tuple[str, ...] = ("--backend", "gloo"),
+    judged: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """One pytest run of the run's subjects (started by ``launcher``, on the backend and device ``where``
     names); its results, with repro files moved into ``repro_dir``."""
@@ -134,6 +132,7 @@ def run_once(
             str(Path(tmp) / "repro"),
             "--results-json",
             str(results),
+            *judged,
             *run.args,
         ]
         entries = run_pytest(command, log, timeout, dict(run.env))
@@ -142,46 +141,6 @@ def run_once(
                 if fail.get("repro_file"):
                     fail["repro_file"] = _keep(Path(fail["repro_file"]), repro_dir)
         return entries
-
-
-def run_pytest(command: list[str], log, timeout: float, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """One pytest run that writes ``--results-json`` (named in ``command``): its results, each test's outcome
-    logged as it comes; a run that ends with no results is one failed entry that says so."""
-    results = Path(command[command.index("--results-json") + 1])
-    started = time.monotonic()
-    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
-    environment = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
-    # Its own process group, so that the deadline stops torchrun's ranks with it; the deadline runs beside the
-    # reading: a run that hangs with its output open is stopped, not waited on.
-    with subprocess.Popen(command, cwd=ROOT, env=environment, start_new_session=True, **pipe) as proc:
-        stopped, tail = threading.Event(), collections.deque(maxlen=TAIL)
-
-        def kill() -> None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-
-        deadline = threading.Timer(timeout, lambda: (stopped.set(), kill()))
-        deadline.start()
-        try:
-            for line in proc.stdout:
-                tail.append(line.rstrip())
-                word = next((w for w in ("PASSED", "FAILED", "SKIPPED", "ERROR") if f" {w}" in line), None)
-                if "::" in line and word:
-                    log(f"    {line.split('::', 1)[1].split(' ', 1)[0]}: {word} ({time.monotonic() - started:.0f} s)")
-            proc.wait()
-        finally:  # interrupted too: nothing it started outlives the report
-            deadline.cancel()
-            if proc.poll() is None:
-                kill()
-    entries = [] if stopped.is_set() or not results.exists() else json.loads(results.read_text(encoding="utf-8"))
-    if entries and proc.returncode in (0, 1):  # 1: a test failed, and its entry says how
-        return entries
-    # Stopped, broken (a usage error, a crash) or empty (exit 5): one failed entry with the run's last lines.
-    why = f"was stopped at its {timeout:g} s limit" if stopped.is_set() else f"ended with status {proc.returncode}"
-    got = f"{len(entries)} result(s)" if entries else "no results"
-    failure = {"rule": f"the pytest run {why} and {got}", "details": [line for line in tail if line.strip()]}
-    run = {"test": "(the run)", "outcome": "failed", "params": {}, "skip_reason": None, "failures": [failure]}
-    return [*entries, run]
 
 
 def _keep(path: Path, repro_dir: Path) -> str:
@@ -215,6 +174,8 @@ def cells(entries: list[dict[str, Any]], run: Run, subject: Subject) -> dict[str
             cell["outcome"] = "passed"
         elif entry["outcome"] == "skipped":
             cell["skip_reason"] = cell["skip_reason"] or entry["skip_reason"]
+        if entry.get("known"):  # failures a known cause claimed (a build no page lists)
+            cell.setdefault("known", []).extend(entry["known"])
     return out
 
 
@@ -239,6 +200,8 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
     title, findings, default_repro, packages = page_spec(page)
     runs, classes, refusal = RUNS.get(page, static_runs)(), [], {}
     has_vllm = vllm_available()
+    since = judged_against(vllm_release()) if page == "vllm" else None  # a build no page lists: judged as it says
+    judged = ("--baseline",) if since else ()
     if has_vllm and page == "vllm":
         log("finding vLLM's model classes in the installed wheel")
         more, classes, refusal = model_runs()
@@ -274,7 +237,9 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
         ready = [s for s in run.subjects if why_not[s] is None]
         repro_dir = Path(args.repro_dir or default_repro)
         entries = (
-            run_once(replace(run, subjects=tuple(ready)), args.examples, repro_dir, args.row_timeout, log)
+            run_once(
+                replace(run, subjects=tuple(ready)), args.examples, repro_dir, args.row_timeout, log, judged=judged
+            )
             if ready
             else []
         )
@@ -294,7 +259,10 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
                 data["rows"].append({**row, "cells": {}, "skipped": why_not[subject]})
     data["rows"] = beside(data["rows"])
     previous = release_changes.previous_of(findings_page.load(data))
-    if previous and has_vllm and not args.rows:  # what became of the previous release's causes, from this wheel
+    if since:  # what became of that release's causes in this build: every one judged again
+        data["baseline"] = {"since": since, "release": vllm_release()}
+        data["changes"] = release_changes.measure(findings_page.load(data), ROOT, log)
+    elif previous and has_vllm and not args.rows:  # what became of the previous release's causes, from this wheel
         data["changes"] = release_changes.measure(previous, ROOT, log)
     ends = page == "vllm" and has_vllm and not release_changes.lacks()  # an engine that runs here
     if ends and (not args.rows or any(p in report_e2e.ROW for p in args.rows)):

@@ -77,8 +77,8 @@ def section(data: dict[str, Any], findings: Findings | None) -> list[str]:
     """The section's Markdown; empty where the report has no end-to-end run, but for a release whose findings say why
     its engine cannot run at all (every cause's reach a reason: 0.33.0's CUDA wheel on a CPU)."""
     e2e = data.get("end_to_end")
-    if not e2e:
-        reaches = findings.end_to_end if findings else ()
+    if not e2e:  # a build no page lists is not the release whose findings say why (it may hold CPU kernels)
+        reaches = findings.end_to_end if findings and not data.get("baseline") else ()
         if not reaches or not all(reach.why for reach in reaches):
             return []
         out = ["## End to end", ""]

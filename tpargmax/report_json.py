@@ -17,7 +17,7 @@ from properties.repro.reader import one_line, read_json
 MAX_REPORT_BYTES = 64 * 2**20  # the committed vLLM report is about 1 MiB
 # the findings a page may name: the project's own, then the names reports recorded before their modules moved
 # (``engines.sampling_findings``: loaded through ``sharded.impls.MOVED``); a new report names the first three, or for a
-# later vLLM release its own (``report_subjects.VLLM_FINDINGS``)
+# later vLLM release its own (``engines.versions.VLLM_FINDINGS``)
 FINDINGS = (
     "engines.vllm.findings:FINDINGS",
     "engines.sampling_page:FINDINGS",
@@ -60,7 +60,8 @@ class Nullable:
 
 LINE, MAYBE = Text(), Text(optional=True)
 FAILURE = {"rule": LINE, "?details": [LINE], "?case": MAYBE, "?repro_file": MAYBE, "?property": MAYBE, "?replay": MAYBE}
-CELL = {"outcome": OneOf(*OUTCOMES), "failures": [FAILURE], "skip_reason": MAYBE}
+KNOWN = {"cause": LINE, "rule": LINE, "count": int, "replay": MAYBE}  # a failure a known cause claimed (--baseline)
+CELL = {"outcome": OneOf(*OUTCOMES), "failures": [FAILURE], "skip_reason": MAYBE, "?known": [KNOWN]}
 ROW = {
     "name": LINE,
     "kind": LINE,
@@ -88,6 +89,7 @@ REPORT = {
     "rows": [ROW],
     "?end_to_end": END_TO_END,
     "?changes": CHANGES,
+    "?baseline": {"since": LINE, "release": LINE},  # a build no page lists, judged against the known causes
 }
 
 

@@ -74,6 +74,8 @@ def _table(rows: list[dict[str, Any]], numbers: dict[tuple[str, str], list[str]]
                 marks.append("")
             elif cell["outcome"] == "failed":
                 marks.append("**" + " ".join(numbers.get((row["name"], test), ["fail"])) + "**")
+            elif cell.get("known"):  # a build no page lists: failures a known cause claims
+                marks.append("known")
             else:
                 marks.append("pass" if cell["outcome"] == "passed" else "skip")
         lines.append(f"| `{row['name']}` | {row['kind']} | " + " | ".join(marks) + " |")
@@ -110,15 +112,20 @@ def render(data: dict[str, Any]) -> str:
         f"(versions: {versions}). Every row is one run of the property suite",
         f"on real gloo rank processes (tp {' and '.join(map(str, budget['tps']))}), Hypothesis profile",
         f"{budget['profile']}, `--max-examples {budget['examples']}` ({_share(budget)} of it on gloo), plus the pinned",
-        "edge cases. A cell reads **pass**, **skip** (the property does not apply; see the reasons below) or a",
+        "edge cases. A cell reads **pass**, **skip** (the property does not apply; see the reasons below)"
+        + (", **known** (it failed only for known causes)," if data.get("baseline") else "")
+        + " or a",
         "failure number, explained under [Failures](#failures) with its rule, case and replay command. A case is",
         "Hypothesis's shrunk one, or the pinned edge case that failed first (pinned cases run before any other).",
         "",
     ]
-    previous = release_changes.previous_of(findings) if findings and data.get("changes") else None
+    judged = data.get("baseline")  # a build no page lists: judged against a release's causes, which its page holds
+    previous = release_changes.previous_of(findings) if findings and data.get("changes") and not judged else None
+    if judged:
+        out += release_changes.baseline_section(data, failures, findings)
     if previous:
         out += release_changes.section(data, failures, findings, previous)
-    if findings:
+    if findings and not judged:
         out += findings_page.section(data, failures, findings, claims)
     not_run = [row for row in data["rows"] if row.get("skipped")]
     argmax = [r for r in data["rows"] if r["option"][0] == "--impl" and r["cells"]]
@@ -138,7 +145,10 @@ def render(data: dict[str, Any]) -> str:
         if fail.get("case"):
             out.append(f"- **Case:** `{fail['case']}`")
         out += [f"- **Replay:** {_replay(fail, row, test)}"]
-        out += [findings_page.cause_line(claims, row, test, fail)] if findings else []
+        if judged:
+            out.append(f"- **New:** no known cause of vLLM {judged['since']} claims it")
+        elif findings:
+            out.append(findings_page.cause_line(claims, row, test, fail))
         out += [f"  - {line}" for line in fail.get("details", []) if line and not line.startswith("property:")]
         out.append("")
     out += [] if findings else _upstream(failures)

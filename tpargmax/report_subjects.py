@@ -87,7 +87,6 @@ class Run:
 FINDINGS = SHIPPED_FINDINGS[0]
 SAMPLING_FINDINGS = SHIPPED_FINDINGS[1]
 TPU_FINDINGS = SHIPPED_FINDINGS[2]
-VLLM_FINDINGS = {"0.32.0": FINDINGS, "0.33.0": SHIPPED_FINDINGS[5]}  # each vLLM release's page claims with its own
 SAMPLING_VLLM_FINDINGS = {"0.32.0": SAMPLING_FINDINGS, "0.33.0": SHIPPED_FINDINGS[6]}  # the samplers', likewise
 CORRECTED = "engines.vllm.corrected"
 CORRECTED_KIND = ", corrected"

@@ -1,7 +1,7 @@
 """Write each vLLM cause's standalone reproduction script from its shrunk case: ``python -m tpargmax.standalone``.
 
 The templates and the choice of case per cause are ``engines.vllm.standalone``'s; the titles are the causes' own
-(each release's findings, ``tpargmax.report_subjects.VLLM_FINDINGS``); the tensors come from the committed repro file
+(each release's findings, ``engines.versions.VLLM_FINDINGS``); the tensors come from the committed repro file
 (``properties.repro.records.load``), or from the case's seed where the failure has none, written out in the
 script so that it needs nothing of this project.  ``--check`` exits 1 where a committed script is not what this
 would write.
@@ -21,7 +21,7 @@ from string import Template
 
 import torch
 
-from engines.versions import VLLM_VERSION, vllm_page, vllm_repro
+from engines.versions import VLLM_FINDINGS, VLLM_VERSION, vllm_page, vllm_repro
 from engines.vllm import shm
 from engines.vllm import standalone as templates
 from engines.vllm.standalone_catalog import SCRIPTS, Script
@@ -29,7 +29,6 @@ from properties.cases.case import Case
 from properties.cases.tensors import build
 from properties.repro.records import load
 from tpargmax import findings_page
-from tpargmax.report_subjects import VLLM_FINDINGS
 
 ROOT = Path(__file__).resolve().parent.parent
 # each release's findings, where its scripts' causes are (the report's map, loaded)

@@ -12,7 +12,7 @@ from dataclasses import asdict
 
 import torch
 
-from engines.versions import VLLM_VERSION
+from engines.versions import vllm_release
 from engines.vllm.e2e.engine import Generated
 from properties.argmax.diagnosis import explain, non_token_rule
 from properties.e2e.probe import Call, Drafting, ProbeMismatch, Proposal, proposals
@@ -33,7 +33,8 @@ NO_CALLS = "the probe saw no call of the draft's head although the engine drafte
 def engine_line(run: Generated) -> str:
     spec = run.spec
     switch = f", use_local_argmax_reduction {'on' if spec.switch else 'off'}" if spec.method else ", no speculation"
-    return f"vLLM {VLLM_VERSION}'s engine: {spec.method or 'the target alone'} at tp={spec.tp}{switch}, {spec.dtype}"
+    head = f"vLLM {vllm_release()}'s engine"
+    return f"{head}: {spec.method or 'the target alone'} at tp={spec.tp}{switch}, {spec.dtype}"
 
 
 def fail(rule: str, prop: str, runs: list[Generated], details: list[str]) -> None:

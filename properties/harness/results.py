@@ -15,6 +15,7 @@ import pytest
 from properties.failures import recorded_replay
 
 RESULTS = pytest.StashKey[list]()
+KNOWN = "tpargmax known cause"  # a failure a known cause claims (--baseline): a user property of the test's report
 
 
 def failure(exc: BaseException, repro_file: str | None) -> dict[str, Any]:
@@ -55,8 +56,14 @@ def record(item: pytest.Item, report: pytest.TestReport, errors: list[tuple[Base
             "outcome": report.outcome,
             "skip_reason": report.longrepr[2].removeprefix("Skipped: ") if report.skipped else None,
             "failures": [failure(exc, path) for exc, path in errors],
+            "known": [known_of(json.loads(value)) for name, value in report.user_properties if name == KNOWN],
         }
     )
+
+
+def known_of(note: dict[str, Any]) -> dict[str, Any]:
+    """What a page keeps of a failure a known cause claimed: the claim, its rule, how often, the first case."""
+    return {key: note[key] for key in ("cause", "rule", "count", "replay")}
 
 
 def save(config: pytest.Config, path: str) -> None:
