@@ -91,6 +91,7 @@ def _gloo_run(spec: str, case, plan):
 def test_on_gloo_small_k_matches_the_classic_sampler_and_k_off_raises():
     """Distinct logits, k 4 on every row (fits every shard): the classic sampler's tokens with vLLM's drafting
     noise, on both ranks alike.  With top-k off (K = the vocabulary) vLLM's ``torch.topk`` on a shard raises."""
+    from engines.versions import unlisted_vllm
     from groups.tasks import RemoteError
     from properties.cases.case import Case
     from properties.cases.plans import SamplePlan
@@ -103,7 +104,9 @@ def test_on_gloo_small_k_matches_the_classic_sampler_and_k_off_raises():
     tokens, log_probs, kept, notes = out[0]
     assert torch.equal(out[1][0], tokens) and notes == ("",) * case.batch
     on = (params.top_k > 0) & (params.top_k < case.vocab)
-    assert torch.equal(tokens[on], want.tokens[on])
     assert log_probs.dtype == torch.float32 and kept.dtype == torch.int64
+    if unlisted_vllm() is not None:  # what another build draws is its own: --baseline judges it
+        return
+    assert torch.equal(tokens[on], want.tokens[on])
     with pytest.raises(RemoteError, match="selected index k out of range"):
         _gloo_run(spec, case, SamplePlan(temperature="one", top_k="off", seed=1))

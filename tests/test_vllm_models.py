@@ -14,6 +14,7 @@ pytest.importorskip("vllm", reason=INSTALL_HINT)
 
 import torch  # noqa: E402
 
+from engines.versions import unlisted_vllm  # noqa: E402
 from engines.vllm import discovery  # noqa: E402
 from engines.vllm import models as vllm_models  # noqa: E402
 from engines.vllm.build import HIDDEN  # noqa: E402
@@ -75,6 +76,8 @@ def test_proposer_refuses_a_class_without_get_top_tokens() -> None:
 
 
 def test_a_built_class_on_gloo_against_the_oracle() -> None:
+    """Built and run on every rank of a gloo group, a class returns one token per row, alike on every rank; and on a
+    listed release, the classic path's (what another build returns is its own: ``--baseline`` judges it)."""
     pool = RankPool(2, backend="gloo", timeout=60, start_timeout=300)
     try:
         for name in ("LlamaForCausalLM.get_top_tokens", "Eagle3LlamaForCausalLM.compute_logits"):
@@ -83,7 +86,9 @@ def test_a_built_class_on_gloo_against_the_oracle() -> None:
                 case = replace(Case(batch=4, hidden=3, vocab=7, tp=2, seed=seed, ties=("across_ranks",)), **fn.head)
                 inputs = build(case)
                 out, _ = pool.run(f"engines.vllm.models:{name}", [rank_kwargs(inputs, r) for r in range(2)])
-                assert all(torch.equal(o, answer(inputs).tokens) for o in out), (name, case)
+                assert all(o.dtype == torch.int64 and o.shape == (4,) and torch.equal(o, out[0]) for o in out)
+                if unlisted_vllm() is None:
+                    assert torch.equal(out[0], answer(inputs).tokens), (name, case)
     finally:
         pool.close()
 
