@@ -17,7 +17,15 @@ from tests.suite import run_suite
 
 V1_RULE = "added id mapped to the wrong global id: added id 1015 sits at row 517 of rank 1"
 VLLM = ("--impl", "vllm", ())
-TOKEN_EXACT = ("properties/test_equivalence.py", "-k", "test_token_exact", "--backend", "sim", "--heads", "base")
+PROPERTIES = (
+    "properties/test_equivalence.py",
+    "properties/test_input_errors.py",
+    "--backend",
+    "sim",
+    "--heads",
+    "base",
+)
+EXAMPLES = ("--max-examples", "60")  # the pinned cases and 60 more: the second bug is met among them
 
 
 @pytest.mark.parametrize(
@@ -81,8 +89,12 @@ def test_a_recorded_example_is_known_by_its_answer_only(tmp_path):
 
 def test_a_recorded_run_is_known_and_what_a_later_build_adds_is_new(tmp_path):
     """A contributor's flow: record the base build's run, then judge a change against it.  The second build keeps
-    the first's bug (ids past the logits vocabulary) and adds one behind it (ties to the higher rank)."""
-    run, subject = tmp_path / "run.json", ("--impl", "tests.broken_builds:two_builds", *TOKEN_EXACT)
+    the first's bug (ids past the logits vocabulary) and adds one behind it (ties to the higher rank).  Beside it,
+    a property that is no Hypothesis test fails for a page's cause alone (trtllm_style's id 2**24 + 1, D3): an
+    expected failure naming it."""
+    run = tmp_path / "run.json"
+    subject = ("--impl", "tests.broken_builds:two_builds,trtllm_style", *PROPERTIES, *EXAMPLES, "-rx")
+    subject += ("-k", "(token_exact and two_builds) or (float32 and trtllm)")
     recorded = run_suite("--baseline", "0.32.0", "--baseline-record", str(run), *subject)
     assert recorded.returncode == 0 and f"recorded in {run}: " in recorded.stdout, recorded.stdout[-3000:]
     answers = json.loads(run.read_text())["answers"]  # each failing example's case and answer: the bug is there
@@ -91,6 +103,7 @@ def test_a_recorded_run_is_known_and_what_a_later_build_adds_is_new(tmp_path):
     same = run_suite("--baseline", str(run), *subject)
     assert same.returncode == 0, same.stdout[-3000:]
     assert "known from the run recorded in run.json (its cause not read): " in same.stdout
+    assert "1 xfailed" in same.stdout and "known cause D3" in same.stdout and "D3 met: 1 failure(s)" in same.stdout
     assert "new: none" in same.stdout
     assert "V1 " not in same.stdout  # none of vLLM's subjects ran: its causes are not judged here
 
@@ -101,17 +114,14 @@ def test_a_recorded_run_is_known_and_what_a_later_build_adds_is_new(tmp_path):
     assert "[id beyond the logits vocabulary returned" not in new
 
 
-def test_a_test_that_fails_for_a_known_cause_alone_is_an_expected_failure():
-    """A property that is no Hypothesis test: 0.32.0's page claims trtllm_style's rounded id 2**24 + 1 (D3)."""
-    args = ("--impl", "trtllm_style", "--backend", "sim", "properties/test_input_errors.py", "-k", "float32", "-rx")
-    judged = run_suite("--baseline", "0.32.0", *args)
-    assert judged.returncode == 0 and "1 xfailed" in judged.stdout, judged.stdout[-3000:]
-    assert "known cause D3" in judged.stdout and "D3 met: 1 failure(s)" in judged.stdout
+def test_a_baseline_no_page_lists_is_a_usage_error_naming_what_there_is():
+    from types import SimpleNamespace
 
+    from properties.harness import baseline as plugin
 
-def test_a_release_no_page_lists_is_refused():
-    run = run_suite("--baseline", "0.31.0", *TOKEN_EXACT)
-    assert run.returncode == 4 and "--baseline 0.31.0: a listed vLLM release" in run.stderr
+    config = SimpleNamespace(getoption=lambda name: "0.31.0", option=SimpleNamespace(), stash={})
+    with pytest.raises(pytest.UsageError, match=r"--baseline 0\.31\.0: a listed vLLM release \(0\.32\.0, 0\.33\.0\)"):
+        plugin.pytest_configure(config)
 
 
 def test_a_model_of_the_release_claims_what_it_fails_alike():
