@@ -21,6 +21,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from engines.findings import applied  # noqa: E402
+from engines.versions import unlisted_vllm  # noqa: E402
 from engines.vllm import fixes  # noqa: E402
 from reference.topk import top_k_ids  # noqa: E402
 
@@ -191,17 +192,19 @@ def test_corrected_top_k_rejects_k_outside_the_logits_vocabulary() -> None:
 
 def test_the_originals_show_the_defects_the_patches_replace() -> None:
     """vLLM's own methods on the same head: an added row named by its position (V1), padding and ids past the logits
-    vocabulary returned (V1, V3), k above it accepted (V9); with the patches in place, the classic answers."""
+    vocabulary returned (V1, V3), k above it accepted (V9), on a listed release; with the patches in place, on any
+    build, the classic answers."""
     processor = _processor()
     by_id = torch.zeros(ORG + ADDED, HIDDEN)
     by_id[ORG + 1, 0] = 5.0  # added id 6 wins for ``hidden``: it sits at row 9 of the shard
     hidden = torch.tensor([[1.0, 0.0, 0.0]])
     head = _rank_head(by_id, pad_value=-1.0)  # padding rows score -1 for ``hidden``, +1 for ``-hidden``
-    assert int(processor.get_top_tokens(head, hidden)[0]) == 9  # V1: its row, not its id
-    ids, _ = processor.get_top_k_tokens(head, hidden, LOGITS_VOCAB + 1)  # V9: accepted
-    assert ids.shape == (1, LOGITS_VOCAB + 1)
-    ids, _ = processor.get_top_k_tokens(head, -hidden, LOGITS_VOCAB)  # live base padding, labelled 5 to 7, 11, 12
-    assert int(ids.max()) >= LOGITS_VOCAB
+    if unlisted_vllm() is None:  # a listed release's defects; another build's are --baseline's to judge
+        assert int(processor.get_top_tokens(head, hidden)[0]) == 9  # V1: its row, not its id
+        ids, _ = processor.get_top_k_tokens(head, hidden, LOGITS_VOCAB + 1)  # V9: accepted
+        assert ids.shape == (1, LOGITS_VOCAB + 1)
+        ids, _ = processor.get_top_k_tokens(head, -hidden, LOGITS_VOCAB)  # live base padding: 5 to 7, 11, 12
+        assert int(ids.max()) >= LOGITS_VOCAB
     with applied(fixes.PATCHES):
         assert int(processor.get_top_tokens(head, hidden)[0]) == ORG + 1
         ids, _ = processor.get_top_k_tokens(head, -hidden, LOGITS_VOCAB)

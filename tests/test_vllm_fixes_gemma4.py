@@ -15,6 +15,7 @@ pytest.importorskip("vllm", reason=INSTALL_HINT)
 import torch  # noqa: E402
 
 from engines.findings import applied  # noqa: E402
+from engines.versions import unlisted_vllm  # noqa: E402
 from engines.vllm import corrected, fixes_gemma4  # noqa: E402
 from engines.vllm import models as vllm_models  # noqa: E402
 from groups.pool import RankPool  # noqa: E402
@@ -50,7 +51,8 @@ def _weight(tied: tuple[int, ...], value: float = 5.0) -> torch.Tensor:
 def test_vllm_breaks_a_tie_in_centroid_order_and_the_correction_by_id() -> None:
     masked = _embedder(top_k=CENTROIDS)  # every centroid: the candidates are the whole vocabulary
     weight = _weight((1, 6))  # ids 1 (centroid 0) and 6 (centroid 3, ranked first) tie
-    assert int(masked.get_top_tokens(HIDDEN_ROW, weight)) == 6  # V11: the first in candidate order
+    if unlisted_vllm() is None:  # a listed release's defect; another build's is --baseline's to judge
+        assert int(masked.get_top_tokens(HIDDEN_ROW, weight)) == 6  # V11: the first in candidate order
     assert int(fixes_gemma4.masked_top_tokens(masked, HIDDEN_ROW, weight)) == 1  # argmax's lowest id
     with applied(fixes_gemma4.PATCHES):
         assert int(masked.get_top_tokens(HIDDEN_ROW, weight)) == 1
@@ -68,7 +70,8 @@ def test_the_correction_caps_the_candidates_before_choosing() -> None:
     masked = _embedder(top_k=CENTROIDS)
     weight = _weight((6,), 400.0) + _weight((1,), 300.0)
     capped = SimpleNamespace(soft_cap=30.0, scale=1.0)  # what the correction reads of the LogitsProcessor
-    assert int(masked.get_top_tokens(HIDDEN_ROW, weight)) == 6  # uncapped: 400 > 300
+    if unlisted_vllm() is None:  # as above
+        assert int(masked.get_top_tokens(HIDDEN_ROW, weight)) == 6  # uncapped: 400 > 300
     assert int(fixes_gemma4.masked_top_tokens(masked, HIDDEN_ROW, weight, capped)) == 1
 
 
