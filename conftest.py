@@ -352,13 +352,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="needs a process per rank (an engine): runs on gloo and torchrun"))
         elif params.get("backend") == "torchrun" and getattr(item, "originalname", "") == "test_tp_invariance":
             item.add_marker(pytest.mark.skip(reason="a torchrun job has one tp, and TP invariance compares two"))
-        elif item.get_closest_marker("own_head") and (any(i.head for i in impls) or run_settings.current().pinned):
-            whose = (
-                "the implementation fixes its head (a model class)"
-                if any(i.head for i in impls)
-                else ("a model class of this run fixes every case's head")
-            )
-            item.add_marker(pytest.mark.skip(reason=f"{whose}: this property sizes or changes it"))
+        elif item.get_closest_marker("own_head") and run_settings.current().pinned:  # a model class's head, for all
+            whose = "the implementation" if any(i.head for i in impls) else "a model class of this run, for every case,"
+            why = f"{whose} fixes its head (a model class): this property sizes or changes it"
+            item.add_marker(pytest.mark.skip(reason=why))
         elif item.get_closest_marker("local_path") and any(impl.classic for impl in impls):
             item.add_marker(pytest.mark.skip(reason="a classic path scatters through d2t before its argmax"))
         elif (why := _subject_skip(item, impls)) is not None:

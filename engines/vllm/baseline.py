@@ -44,9 +44,14 @@ Subject = tuple[str, str, tuple[tuple[str, str], ...]]  # (option, spec, environ
 MODELLED = "modelled: "  # a claim by a model of the release's local path (known_defects): the defects it kept follow
 
 
+ITSELF = "the release's local path itself (its model with every known cause corrected fails alike)"
+
+
 def causes_of(claim: str) -> list[str]:
-    """The known causes a claim names: a page's cause, or the defects a model kept (``none``: the model's path
-    itself, every known cause corrected)."""
+    """The known causes a claim names: a page's cause, or the defects a model kept (:data:`ITSELF` where it kept
+    none)."""
+    if claim == f"{MODELLED}none":
+        return [ITSELF]
     return claim.removeprefix(MODELLED).split("+") if claim.startswith(MODELLED) else [claim]
 
 

@@ -23,6 +23,7 @@ from hypothesis.errors import HypothesisException
 from engines.versions import installed_vllm
 from engines.vllm import known_defects
 from engines.vllm.baseline import (
+    ITSELF,
     MODELLED,
     OPTIONS,
     answer,
@@ -211,7 +212,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         for report in terminalreporter.stats.get(status, []):
             for name, value in getattr(report, "user_properties", ()):
                 if name == NOTE:
-                    met[json.loads(value)["cause"]].append((report.nodeid, json.loads(value)))
+                    note = json.loads(value)
+                    met[note["cause"]].append((report.nodeid, note))
     for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []):
         ran.update(tuple(json.loads(value)) for name, value in report.user_properties if name == SUBJECT)
     new = [r for r in terminalreporter.stats.get("failed", []) if r.when != "teardown"]
@@ -219,8 +221,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.section(f"known causes: the baseline of vLLM {' and '.join(reversed(baseline.releases))}")
     for cause, notes in sorted(met.items()):
         name = f"{cause} met"
-        if cause == f"{MODELLED}none":
-            name = "the release's local path itself (its model with every known cause corrected fails alike)"
+        if causes_of(cause) == [ITSELF]:
+            name = ITSELF
         elif cause.startswith(MODELLED):
             kept = ", ".join(causes_of(cause))
             name = f"{kept} met (a model of the release's local path with {kept} in place fails alike)"
