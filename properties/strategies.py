@@ -203,3 +203,32 @@ def scenarios(draw: st.DrawFn, *, exact: bool | None = None, aligned: bool = Fal
         prompts=draw(_PROMPTS),
         max_tokens=1 + step * draw(st.integers(1, 4)) if aligned else draw(st.integers(1, 16)),
     )
+
+
+def planted_scenarios(*, exact: bool = False, aligned: bool = False) -> tuple[Scenario, ...]:
+    """One end-to-end example per planted case, each with a table of ``D2T_PLANS`` in turn (so every plan appears),
+    and prompts at both ends of the id range: pinned, as the edge cases are, so that no case waits on a draw."""
+    step = SIZES.num_speculative_tokens + 1
+    return tuple(
+        Scenario(
+            seed=i,
+            exact=exact,
+            plants=(plant,),
+            d2t=E2E_D2T_PLANS[i % len(E2E_D2T_PLANS)],
+            norm="uniform" if exact else NORMS[i % len(NORMS)],
+            prompts=((i, 2**11 + 1 + i), (SIZES.vocab - 1 - i,)),
+            max_tokens=1 + 2 * step if aligned else 8,
+        )
+        for i, plant in enumerate(PLANTS)
+    )
+
+
+def with_planted_scenarios(*, exact: bool = False, aligned: bool = False):
+    """Apply ``@example(scenario=...)`` for each of :func:`planted_scenarios`: run before the drawn ones."""
+
+    def pin(test):
+        for scenario in reversed(planted_scenarios(exact=exact, aligned=aligned)):
+            test = example(scenario=scenario)(test)
+        return test
+
+    return pin

@@ -13,8 +13,12 @@ from collections.abc import Callable
 import torch
 
 
-def _local_argmax(offset: bool = True, last_rank_wins_ties: bool = False) -> Callable[..., torch.Tensor]:
-    """``LogitsProcessor.get_top_tokens`` with the rank's id offset left out, or ties given to the last rank."""
+def _local_argmax(
+    offset: bool = True, last_rank_wins_ties: bool = False, mask: float | None = float("-inf"), carry_in_logits=False
+) -> Callable[..., torch.Tensor]:
+    """``LogitsProcessor.get_top_tokens`` with one departure: the rank's id offset left out, ties given to the last
+    rank, the padding left unmasked (``mask`` None) or masked with NaN (which wins every argmax), or the pairs
+    carried in the logits' dtype instead of float32 (bfloat16 holds integers exactly only up to 256)."""
     from vllm.distributed import tensor_model_parallel_all_gather
 
     def get_top_tokens(self, lm_head, hidden_states, embedding_bias=None):
@@ -23,14 +27,15 @@ def _local_argmax(offset: bool = True, last_rank_wins_ties: bool = False) -> Cal
             logits = torch.tanh(logits / self.soft_cap) * self.soft_cap
         logits = logits * self.scale
         padding = lm_head.shard_indices.num_org_vocab_padding
-        if padding:
-            logits[:, -padding:] = float("-inf")
+        if padding and mask is not None:
+            logits[:, -padding:] = mask
         value, index = logits.max(dim=-1)
         if offset:
             index = index + lm_head.shard_indices.org_vocab_start_index
         if lm_head.tp_size == 1:
             return index
-        pairs = torch.stack([value.float(), index.float()], dim=-1)
+        carried = logits.dtype if carry_in_logits else torch.float32
+        pairs = torch.stack([value.to(carried), index.to(carried)], dim=-1)
         pairs = tensor_model_parallel_all_gather(pairs, dim=-1).view(len(hidden_states), lm_head.tp_size, 2)
         values = pairs[..., 0]
         if last_rank_wins_ties:
@@ -68,4 +73,7 @@ PLANTS: dict[str, Callable[[], tuple[type, str, Callable[..., torch.Tensor]]]] =
     "ids_without_rank_offset": lambda: (_processor(), "get_top_tokens", _local_argmax(offset=False)),
     "ties_to_highest_rank": lambda: (_processor(), "get_top_tokens", _local_argmax(last_rank_wins_ties=True)),
     "d2t_applied_twice": lambda: (_mixin(), "get_top_tokens", _d2t_twice),
+    "padding_unmasked": lambda: (_processor(), "get_top_tokens", _local_argmax(mask=None)),
+    "padding_masked_with_nan": lambda: (_processor(), "get_top_tokens", _local_argmax(mask=float("nan"))),
+    "ids_in_logits_dtype": lambda: (_processor(), "get_top_tokens", _local_argmax(carry_in_logits=True)),
 }

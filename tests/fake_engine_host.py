@@ -2,7 +2,8 @@
 
 ``TPARGMAX_FAKE_HOST`` says how: ``serve`` (answers every request; ``generate`` returns each prompt back and no
 records), ``hang`` (never answers), ``die`` (exits at once), ``hang_generate`` (starts, then never answers a
-generate).  Like vLLM it starts a worker of its own (a sleeping child) and writes that child's pid to
+generate), ``die_generate`` (answers a generate as vLLM's dead engine does, after writing rank 0's records where
+asked, and exits).  Like vLLM it starts a worker of its own (a sleeping child) and writes that child's pid to
 ``TPARGMAX_FAKE_WORKER_PID``, so a test can see that no process outlives the engine.
 """
 
@@ -34,6 +35,12 @@ def main(argv: list[str]) -> int:
             return 0
         if request["op"] == "generate" and mode == "hang_generate":
             time.sleep(3600)
+        if request["op"] == "generate" and mode == "die_generate":
+            if request["records"]:
+                with open(request["records"].format(rank=0), "w") as f:
+                    f.write("what the probe wrote before the proposal raised")
+            out.write(json.dumps({"error": "EngineDeadError: EngineCore encountered an issue", "dead": True}) + "\n")
+            return 1
         if request["op"] == "generate":
             answer = {"outputs": request["prompts"], "request_ids": [str(i) for i in range(len(request["prompts"]))]}
             answer |= {"counters": {"drafts": 0, "draft_tokens": 0, "accepted": 0}, "steps": None}

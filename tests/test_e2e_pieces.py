@@ -19,17 +19,13 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from engines.safetensors_file import save
 from engines.vllm.e2e import checkpoints
-from engines.vllm.e2e.engine import Engine, EngineFailed, EngineSpec, Generated
+from engines.vllm.e2e.engine import Engine, EngineDied, EngineFailed, EngineSpec
 from engines.vllm.e2e.pool import EnginePool, group_of
-from engines.vllm.e2e.scenario import METHODS, PLANTS, SIZES, Scenario
+from engines.vllm.e2e.scenario import D2T_PLANS, METHODS, PLANTS, SIZES, Scenario
 from engines.vllm.findings import FINDINGS
-from properties.e2e import checks, plugin
-from properties.e2e.probe import Drafting, ProbeMismatch
-from properties.failures import PropertyFailure
-from properties.oracle import answer
-from properties.repro import e2e_records
+from properties.e2e import plugin
+from properties.strategies import planted_scenarios
 from tests.suite import ROOT, process_state, run_in_its_folder
 from tests.test_layering import PROJECT
 
@@ -76,6 +72,41 @@ def test_eagle3s_target_never_leaves_the_drafts_vocabulary():
     for scenario in EXACT + [replace(EXACT[0], exact=False, norm="varied")]:
         want, _ = next_tokens(scenario, "eagle3", torch.float32)
         assert bool(torch.isin(want, checkpoints.d2t_targets(scenario)).all()), scenario
+
+
+@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", METHODS)
+def test_the_pinned_winners_walk_the_whole_id_range(method, dtype, exact):
+    """With ``winners_across_ids`` pinned, a draft that predicts one of its rows walks them all, one a draft
+    position: ids past 2**8 and 2**11, both ends of each rank at tp 2, the last base id (before d2t)."""
+    scenario = next(s for s in planted_scenarios(exact=exact) if s.plants == ("winners_across_ids",))
+    _, drafted = next_tokens(scenario, method, DTYPES[dtype])
+    rows = SIZES.draft_vocab if method == "eagle3" else SIZES.vocab
+    far = checkpoints.far_ids(rows)
+    assert {2**8 + 1, 2**11 + 1, rows - 1} <= set(far) and len(far) == 6
+    targets = checkpoints.d2t_targets(scenario) if method == "eagle3" else torch.arange(SIZES.vocab)
+    token, walked = int(targets[far[0]]), []
+    for _ in far:
+        token = int(drafted[token])
+        walked.append(int(torch.searchsorted(targets, token)))  # back to the draft's id
+    assert sorted(walked) == far, walked
+
+
+def test_every_planted_case_and_d2t_plan_is_pinned_before_the_draws_of_every_property():
+    from properties import test_e2e
+
+    pinned = planted_scenarios()
+    assert sorted(p for s in pinned for p in s.plants) == sorted(PLANTS)
+    assert {s.d2t for s in pinned} == set(D2T_PLANS)
+
+    def run_order(prop) -> list[Scenario]:  # Hypothesis runs the last-applied @example first
+        return [e.kwargs["scenario"] for e in reversed(prop.hypothesis_explicit_examples)]
+
+    for prop in (test_e2e.test_draft_tokens, test_e2e.test_lossless, test_e2e.test_same_drafts):
+        assert run_order(prop) == list(pinned), prop.__name__
+    exact = run_order(test_e2e.test_exact_acceptance)
+    assert exact == list(planted_scenarios(exact=True, aligned=True)) and all(s.exact for s in exact)
 
 
 def test_eagle3s_attention_scores_its_own_position_highest_by_a_margin():
@@ -206,139 +237,28 @@ def test_the_pool_starts_a_group_together_and_closes_it_for_the_next(fake_host):
         pool.close()
 
 
-# -- the checks, on a run recorded by hand: what a probe in vLLM's workers writes --------------------------------
-
-
-def recorded(tmp_path: Path, tokens_of=None, *, outputs=None, counters=None) -> Generated:
-    """An EAGLE3 run at tp 2 of one step of three calls on two rows, written as the probe writes it; the tokens
-    are the oracle's unless ``tokens_of(inputs, want)`` says otherwise."""
-    scenario = Scenario(seed=7, exact=True, plants=("ties_across_ranks",), d2t="suffix", norm="uniform",
-                        prompts=((3, 4), (5,)), max_tokens=5)  # fmt: skip
-    plan = checkpoints.plan_tensors(scenario, "eagle3")["draft"]
-    padded = torch.cat([plan["lm_head.weight"], torch.zeros(256 - SIZES.draft_vocab, SIZES.hidden)])
-    hidden = checkpoints.embeddings(scenario)[[10, 20]]
-    head = {"tp": 2, "org_vocab": SIZES.draft_vocab, "logits_vocab": SIZES.draft_vocab, "dtype": "float32",
-            "scale": checkpoints.EAGLE3_LOGIT_SCALE, "soft_cap": None, "target_vocab": SIZES.vocab}  # fmt: skip
-    meta = {"steps": [{"step": 0, "req_ids": ["0-a", "1-b"], "calls": 3}], "verified": [{"0-a": [-1, -1, -1]}]}
-    paths = [tmp_path / f"rank{r}.safetensors" for r in range(2)]
-    tmp_path.mkdir(parents=True, exist_ok=True)
-
-    def write(drafts: torch.Tensor) -> None:
-        for r, path in enumerate(paths):
-            tensors = {"head": padded[128 * r : 128 * (r + 1)], "d2t": plan["d2t"], "step0.drafts": drafts}
-            for c in range(3):
-                tensors |= {f"step0.call{c}.hidden": hidden * (c + 1), f"step0.call{c}.tokens": drafts[:, c]}
-            probe = {**meta, "head": {**head, "start": 128 * r, "rows_per_rank": 128}}
-            save(tensors, path, {"probe": json.dumps(probe)})
-
-    write(torch.zeros(2, 3, dtype=torch.int64))
-    run = Generated(
-        EngineSpec("float32", "eagle3", 2, True),
-        scenario,
-        outputs or [[9, 9, 9, 9, 9], [8, 8, 8, 8, 8]],
-        ["0", "1"],
-        counters or {"drafts": 1, "draft_tokens": 3, "accepted": 0},
-        paths,
-        1.0,
-    )
-    drafting = Drafting(run)
-    columns = []
-    for call in drafting.calls:
-        inputs = drafting.inputs(call)
-        want = answer(inputs).tokens
-        columns.append(want if tokens_of is None else tokens_of(inputs, want))
-    write(torch.stack(columns, dim=1))
-    return run
-
-
-def test_the_oracles_draft_tokens_pass(tmp_path):
-    checks.check_draft_tokens(recorded(tmp_path))
-
-
-def test_a_winner_without_its_ranks_offset_is_named(tmp_path):
-    def without_offset(inputs, want):
-        draft = (want - inputs.d2t[0]).clone()  # suffix: one offset for every id
-        return torch.where(draft >= 128, draft - 128, draft) + inputs.d2t[0]
-
-    with pytest.raises(PropertyFailure) as failed:
-        checks.check_draft_tokens(recorded(tmp_path, without_offset))
-    assert str(failed.value).startswith("[global id without its rank's offset: draft id ")
-
-
-def test_a_draft_token_outside_the_target_vocabulary_breaks_the_contract(tmp_path):
-    with pytest.raises(PropertyFailure) as failed:
-        checks.check_draft_tokens(recorded(tmp_path, lambda inputs, want: want * 0 + SIZES.vocab))
-    assert f"property: {checks.DRAFT_TARGETS}" in str(failed.value)
-
-
-def test_a_head_layout_other_than_the_suites_is_not_a_verdict(tmp_path):
-    run = recorded(tmp_path)
-    path = run.records[1]
-    with safe_open(str(path), "pt") as f:
-        meta, tensors = json.loads(f.metadata()["probe"]), {k: f.get_tensor(k) for k in f.keys()}
-    meta["head"]["start"] = 100
-    save(tensors, path, {"probe": json.dumps(meta)})
-    with pytest.raises(ProbeMismatch, match="the suite's layout says 128"):
-        checks.check_draft_tokens(run)
-
-
-def test_placeholders_are_left_out_of_the_acceptance_and_a_rejection_is_named(tmp_path):
-    ok = {"drafts": 2, "draft_tokens": 6, "accepted": 3}  # 3 placeholders in the record
-    checks.check_exact_acceptance(recorded(tmp_path, counters=ok))
-    with pytest.raises(PropertyFailure, match=r"2 accepted of 6 draft tokens, 3 of them placeholders"):
-        checks.check_exact_acceptance(recorded(tmp_path, counters={**ok, "accepted": 2}))
-
-
-def test_lossless_and_same_drafts_name_what_differs(tmp_path):
-    run = recorded(tmp_path)
-    with pytest.raises(PropertyFailure, match=r"prompt 1, token 2: 8 with speculation, 7 without"):
-        checks.check_lossless(run, replace(run, outputs=[run.outputs[0], [8, 8, 7, 8, 8]]))
-    other = recorded(tmp_path / "other", lambda inputs, want: want.flip(0))
-    with pytest.raises(PropertyFailure) as failed:
-        checks.check_same_drafts([run, other])
-    assert str(failed.value).startswith("[draft tokens differ between engines]")
-    assert ", draft position 0: drafted " in str(failed.value)  # the oracle names the engine that went wrong
-
-
-# -- repro files ------------------------------------------------------------------------------------------------
-
-
-def failure_of(tmp_path: Path) -> dict:
-    with pytest.raises(PropertyFailure) as failed:
-        checks.check_draft_tokens(recorded(tmp_path, lambda inputs, want: want.flip(0)))
-    return failed.value.repro
-
-
-def test_an_end_to_end_failure_writes_a_record_that_reads_back(tmp_path):
-    path = e2e_records.write(tmp_path, failure_of(tmp_path), None, "test_draft_tokens")
-    assert path.parent == tmp_path / "e2e"
-    record, scenario, specs, plant = e2e_records.read(path)
-    assert specs == [EngineSpec("float32", "eagle3", 2, True)] and plant is None
-    assert scenario.plants == ("ties_across_ranks",) and record["property"] == checks.DRAFT_ORACLE
-
-
-@pytest.mark.parametrize(
-    "change, words",
-    [
-        (lambda r: r.update(property="x"), "'property' must be one of"),
-        (lambda r: r.update(engines=[]), "'engines' must list 1 engine(s)"),
-        (lambda r: r["engines"][0].update(tp=3), "EngineSpec: dtype in"),
-        (lambda r: r["engines"][0].update(switch="yes"), "an engine's tp is an int and its switch true or false"),
-        (lambda r: r["scenario"].update(max_tokens=10**6), "Scenario field 'max_tokens' must be an int in"),
-        (lambda r: r["scenario"].update(prompts=[[300]]), "Scenario field 'prompts' must be"),
-        (lambda r: r["scenario"].pop("seed"), "a scenario is an object with exactly the fields"),
-        (lambda r: r.update(plant="os.system('x')"), "'plant' must be null or a planted bug's name"),
-        (lambda r: r.update(format="tpargmax-repro/2"), "not a tpargmax-e2e-repro/1 file"),
-    ],
-)
-def test_a_damaged_record_is_refused_in_one_line(tmp_path, change, words):
-    path = e2e_records.write(tmp_path, failure_of(tmp_path), None, "test_draft_tokens")
-    record = json.loads(path.read_text())
-    change(record)
-    path.write_text(json.dumps(record))
-    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")) as refused:
-        e2e_records.read(path)
-    assert "\n" not in str(refused.value)
+def test_an_engine_that_died_is_started_again_with_the_pools_plant_and_taking_it_back_never_raises(fake_host):
+    pid_file = fake_host("die_generate")
+    spec = EngineSpec("float32", "eagle3", 1, True)
+    pool = EnginePool(host="tests.fake_engine_host")
+    try:
+        first = pool.get(spec, (spec,))
+        pool.plant("padding_unmasked")
+        with pytest.raises(EngineDied) as died:
+            first.run(EXACT[0])
+        assert "refused generate:\nEngineDeadError" in str(died.value) and first.broken
+        assert [p.name for p in died.value.run.records] == ["rank0.safetensors"]  # what rank 0 wrote first
+        assert died.value.run.plant == "padding_unmasked" and died.value.run.outputs == []
+        again = pool.get(spec, (spec,))
+        assert again is not first and pool.starts[spec] == 2 and again.planted == "padding_unmasked"
+        with pytest.raises(EngineDied):
+            again.run(EXACT[0])
+        pool.plant(None)  # the dead engine cannot take it back: it is closed, and nothing is raised
+        assert pool.planted is None and spec not in pool._starting
+        assert not again.dir.exists() and not first.dir.exists()  # a death under a plant keeps no folder
+        assert wait_gone(int(pid_file.read_text())), "the dead engine's worker outlived it"
+    finally:
+        pool.close()
 
 
 def without_vllm(monkeypatch) -> None:
@@ -346,19 +266,6 @@ def without_vllm(monkeypatch) -> None:
 
     found = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else found(name, *a))
-
-
-def test_replaying_a_record_without_vllm_exits_2_in_one_line(tmp_path, monkeypatch, capsys):
-    from tpargmax.cli import main
-
-    path = e2e_records.write(tmp_path, failure_of(tmp_path), None, "test_draft_tokens")
-    without_vllm(monkeypatch)
-    assert main(["repro", str(path)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert (
-        err
-        == f"tpargmax repro: {path}: it runs vLLM 0.32.0's engine, which is not installed here: tpargmax install-vllm"
-    )
 
 
 def test_the_command_without_vllm_exits_2_in_one_line(monkeypatch, capsys):

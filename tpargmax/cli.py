@@ -159,7 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e2e.add_argument("--methods", default="eagle3,eagle,draft_model", help="speculative methods (default %(default)s)")
     e2e.add_argument("--dtypes", default="float32,bfloat16", help="dtypes (default %(default)s)")
-    e2e.add_argument("--examples", type=_positive, help="examples per property and engine (default: 8, ci's)")
+    e2e.add_argument(
+        "--examples",
+        type=_positive,
+        help="drawn examples per property and engine (default: 8, ci's), after one pinned per planted case (7)",
+    )
     e2e.add_argument("--profile", default="ci", help="Hypothesis profile (default %(default)s; nightly: database on)")
     e2e.add_argument(
         "--repro-dir", help="failures go to its e2e/ folder (default repro/vllm-VERSION, the installed build's)"

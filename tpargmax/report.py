@@ -55,7 +55,7 @@ from tpargmax.report_subjects import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-E2E_TIMEOUT = 3 * 3600.0  # the end-to-end run: 27 min measured on 2 cores
+E2E_TIMEOUT = 3 * 3600.0  # the end-to-end run: 19 min measured on 2 cores
 DEFAULT_EXAMPLES = 120  # per property before the gloo share (1/4): 30 generated examples, plus the pinned ones
 # what each page runs: its title, findings, where its repro files go and the packages its header lists (vLLM's page is
 # the installed release's: page_spec)

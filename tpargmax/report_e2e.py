@@ -93,7 +93,9 @@ def section(data: dict[str, Any], findings: Findings | None) -> list[str]:
         'suite writes so that every verdict is exact (docs/vllm.md, "End to end"). Each example loads new weights '
         "into the running engines and generates; a probe in every worker records what the draft's head was handed "
         "and returned, beside the acceptance counters vLLM keeps. Greedy speculative decoding is lossless, so a "
-        "wrong draft token never shows in the output: only these show it.",
+        "wrong draft token never shows in the output: only these show it. Every planted case runs first, pinned "
+        "(winners across the whole id range among them), then the drawn examples; an engine that dies is judged by "
+        "what its heads returned before it did.",
         "",
         "| engine | " + " | ".join(TESTS.values()) + " |",
         "|---|" + "---|" * len(TESTS),

@@ -204,15 +204,24 @@ def explain(
     if source is not None:
         lines.append(source[1])
         return f"{ANOTHER_ROW}: {source[0]}", lines
-    as_float = torch.tensor(float(first), device="cpu")
-    rounded = [str(d)[6:] for d in (torch.bfloat16, torch.float16) if as_float.to(d) == chosen]
-    if rounded and abs(chosen - first) == 1:  # the id alone cannot tell these two apart
-        return f"global id off by one, or id carried in {rounded[0]}: {first} reported as {chosen} fits both", lines
-    if rounded:
-        return f"id carried in {rounded[0]}: {first} rounds to {chosen}", lines
+    rule = carried_rule(first, chosen)
+    if rule is not None:
+        return rule, lines
     if abs(chosen - first) == 1:
         return f"global id off by one (draft id {first} reported as {chosen})", lines
     return NON_MAXIMAL, lines
+
+
+def carried_rule(first: int, chosen: int) -> str | None:
+    """The rule when ``chosen`` is the id ``first`` rounded to bfloat16 or float16 (carried in a float type too
+    narrow for it); None if it is not."""
+    as_float = torch.tensor(float(first), device="cpu")
+    rounded = [str(d)[6:] for d in (torch.bfloat16, torch.float16) if as_float.to(d) == chosen]
+    if rounded and abs(chosen - first) == 1:  # the id alone cannot tell these two apart
+        return f"global id off by one, or id carried in {rounded[0]}: {first} reported as {chosen} fits both"
+    if rounded and chosen != first:
+        return f"id carried in {rounded[0]}: {first} rounds to {chosen}"
+    return None
 
 
 def _tie_rule(want: Answer, row: int, first: int, chosen: int) -> str:

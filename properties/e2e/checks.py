@@ -13,8 +13,10 @@ from dataclasses import asdict
 import torch
 
 from engines.versions import vllm_release
-from engines.vllm.e2e.engine import Generated
-from properties.argmax.diagnosis import explain, non_token_rule
+from engines.vllm.e2e.engine import Engine, EngineDied, Generated
+from engines.vllm.e2e.scenario import Scenario
+from properties.argmax.diagnosis import carried_rule, explain, non_token_rule
+from properties.cases.case import Inputs
 from properties.e2e.probe import Call, Drafting, ProbeMismatch, Proposal, proposals
 from properties.failures import PropertyFailure
 from properties.oracle import answer
@@ -71,6 +73,53 @@ def _where(call: Call, row: int) -> str:
     return f"step {call.step}, the request of prompt {call.prompts[row]}, draft position {call.position}"
 
 
+def head_id_rule(inputs: Inputs, got: int) -> str | None:
+    """The rule an id the draft's head returned, before ``d2t``, breaks by where it lies in the head; None for a
+    real row.  Padding rows are numbered by position (``start + row``), as the local path numbers them."""
+    for lay in inputs.layouts:
+        row = got - lay.start
+        if lay.base_real <= row < lay.size:
+            return f"padding returned: {got} is padding row {row - lay.base_real} of rank {lay.rank}"
+        if 0 <= row < lay.base_real:
+            return None
+    if inputs.d2t is None:
+        return f"returned id out of range: {got} is no row of the head"
+    rows = sum(lay.size for lay in inputs.layouts)
+    return f"id past d2t: {got} is past the head's {rows} rows and d2t's {len(inputs.d2t)} entries"
+
+
+def _draft_id(inputs: Inputs, token: int) -> int:
+    """The draft id whose target is ``token`` (``token`` itself without d2t; -1 for none)."""
+    if inputs.d2t is None:
+        return token
+    hit = (torch.arange(len(inputs.d2t)) + inputs.d2t == token).nonzero().flatten()
+    return int(hit[0]) if len(hit) else -1
+
+
+def generated(engine: Engine, scenario: Scenario, prop: str, target_of: str | None = None) -> Generated:
+    """``engine``'s run of ``scenario``; where the engine dies of it, the failure of ``prop`` that what its heads
+    returned shows (:func:`check_death`)."""
+    __tracebackhide__ = True
+    try:
+        return engine.run(scenario, target_of=target_of)
+    except EngineDied as died:
+        check_death(died, prop)
+        raise
+
+
+def check_death(died: EngineDied, prop: str | None = None) -> None:
+    """An engine that died in a proposal: every call its probes recorded, up to the one that raised, judged as
+    :func:`check_draft_tokens` judges a run (the ids its heads returned before ``d2t`` first, since the call that
+    raised has no tokens), under ``prop`` (None: the draft tokens' own).  Returns where they show no rule: the
+    death is then the engine's error, which the caller raises."""
+    __tracebackhide__ = True
+    drafting = Drafting(died.run)
+    if len(drafting.ranks) != died.run.spec.tp:  # a rank went down before it could write: no case to judge
+        return
+    for call in drafting.calls:
+        _judge_call(drafting, call, prop, [f"the engine then died: {drafting.died or 'see its log'}"])
+
+
 def check_draft_tokens(run: Generated) -> None:
     """Every token the draft's head returned, on every rank, is what the proposal sent, is a target id below the
     logits vocabulary, and is the oracle's token on what the head was handed."""
@@ -79,35 +128,54 @@ def check_draft_tokens(run: Generated) -> None:
     if not drafting.calls and run.counters["draft_tokens"] > drafting.placeholders:
         raise ProbeMismatch(f"{run.spec.name}: {NO_CALLS} ({run.counters['draft_tokens']} draft tokens counted)")
     for call in drafting.calls:
-        for rank, tokens in enumerate(call.tokens[1:], 1):
-            if not torch.equal(tokens, call.tokens[0]):
-                row = int((tokens != call.tokens[0]).nonzero()[0])
+        _judge_call(drafting, call, None, [])
+
+
+def _judge_call(drafting: Drafting, call: Call, prop: str | None, after: list[str]) -> None:
+    """One call of the draft's head: its ranks agree (before and after ``d2t``), its ids before ``d2t`` are real
+    rows, the proposal sent what it returned, and that is a target below the logits vocabulary and the oracle's.
+    ``after``: lines every failure ends with; ``prop``: the property failing (None: the draft tokens' own)."""
+    __tracebackhide__ = True
+    run = drafting.run
+    for what, per_rank in (("ids before d2t", call.head), ("draft tokens", call.tokens)):
+        first = per_rank[0] if per_rank else None
+        for rank, ids in enumerate(per_rank[1:], 1):
+            if first is not None and ids is not None and not torch.equal(ids, first):
+                row = int((ids != first).nonzero()[0])
                 details = [
-                    f"{_where(call, row)}: rank 0 returned {int(call.tokens[0][row])}, rank {rank} {int(tokens[row])}"
+                    f"{_where(call, row)}: {what}: rank 0 returned {int(first[row])}, rank {rank} {int(ids[row])}"
                 ]
-                fail(RANKS_DIFFER, DRAFT_ORACLE, [run], details)
-        if not torch.equal(call.drafted, call.tokens[0]):
-            row = int((call.drafted != call.tokens[0]).nonzero()[0])
-            details = [
-                f"{_where(call, row)}: the head returned {int(call.tokens[0][row])}, the proposal "
-                f"sent {int(call.drafted[row])}"
-            ]
-            fail(PROPOSAL_DIFFERS, DRAFT_ORACLE, [run], details)
-        inputs = drafting.inputs(call)
-        want = answer(inputs)
-        for row, got in enumerate(call.drafted.tolist()):
-            rule = non_token_rule(inputs, got)
-            if rule is not None:
-                fail(rule, DRAFT_TARGETS, [run], [f"{_where(call, row)}: drafted {got}"])
-        wrong = (call.drafted != want.tokens).nonzero().flatten().tolist()
-        if wrong:
-            row = wrong[0]
-            rule, lines = explain(want, row, int(call.drafted[row]))
-            details = [
-                f"{_where(call, row)}: drafted {int(call.drafted[row])}, the oracle {int(want.tokens[row])}",
-                *lines,
-            ]
-            fail(rule, DRAFT_ORACLE, [run], details)
+                fail(RANKS_DIFFER, prop or DRAFT_ORACLE, [run], details + after)
+    inputs = drafting.inputs(call)
+    want = answer(inputs)
+    head, tokens = call.head[0] if call.head else None, call.tokens[0]
+    if head is not None:
+        for row, got in enumerate(head.tolist()):
+            rule = head_id_rule(inputs, got)
+            if rule is not None:  # a row past the real ones; the oracle's, rounded, says why it came back
+                carried = carried_rule(_draft_id(inputs, int(want.tokens[row])), got)
+                details = [f"{_where(call, row)}: the draft's head returned {got}", *([rule] if carried else [])]
+                fail(carried or rule, prop or DRAFT_TARGETS, [run], details + after)
+    if tokens is None:  # the call that raised: what vLLM would have drafted from what the head returned
+        if head is None:
+            return
+        tokens = head if inputs.d2t is None else head + inputs.d2t[head]
+    if call.drafted is not None and not torch.equal(call.drafted, tokens):
+        row = int((call.drafted != tokens).nonzero()[0])
+        details = [
+            f"{_where(call, row)}: the head returned {int(tokens[row])}, the proposal sent {int(call.drafted[row])}"
+        ]
+        fail(PROPOSAL_DIFFERS, prop or DRAFT_ORACLE, [run], details + after)
+    for row, got in enumerate(tokens.tolist()):
+        rule = non_token_rule(inputs, got)
+        if rule is not None:
+            fail(rule, prop or DRAFT_TARGETS, [run], [f"{_where(call, row)}: drafted {got}", *after])
+    wrong = (tokens != want.tokens).nonzero().flatten().tolist()
+    if wrong:
+        row = wrong[0]
+        rule, lines = explain(want, row, int(tokens[row]))
+        details = [f"{_where(call, row)}: drafted {int(tokens[row])}, the oracle {int(want.tokens[row])}", *lines]
+        fail(rule, prop or DRAFT_ORACLE, [run], details + after)
 
 
 def check_lossless(spec_run: Generated, alone: Generated) -> None:

@@ -90,8 +90,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def rank(item: pytest.Item, chosen: tuple[tuple[str, str], ...]) -> int:
-    """Where an item's engines come in the run: the index of its (dtype, method) group; -1 without engines."""
+    """Where an item's engines come in the run: the index of its (dtype, method) group; -1 without engines.  The
+    project's own end-to-end tests name theirs in a ``given`` parameter, as the property's arguments."""
     params = getattr(item, "callspec", None) and item.callspec.params or {}
+    given = params.get("given")
+    params = {**params, **given} if isinstance(given, dict) else params
     spec = params.get("engine_spec")
     group = (spec.dtype, spec.method) if spec is not None else params.get("e2e_group")
     return chosen.index(group) if group in chosen else -1

@@ -10,7 +10,7 @@ the engine batched its steps.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -34,8 +34,9 @@ class Call:
     position: int
     prompts: tuple[int, ...]  # the prompt of each row
     hidden: torch.Tensor  # [B, H] as rank 0 saw it
-    tokens: tuple[torch.Tensor, ...]  # what each rank's head returned
-    drafted: torch.Tensor  # the proposal's column for this position (rank 0): what went to the target
+    tokens: tuple[torch.Tensor | None, ...]  # what each rank's greedy sampling returned (None: it raised)
+    drafted: torch.Tensor | None  # the proposal's column for this position (rank 0); None where it raised
+    head: tuple[torch.Tensor | None, ...] = ()  # each rank's local path's ids, before d2t (None: switch off)
 
 
 @dataclass
@@ -56,22 +57,36 @@ class Drafting:
         self.verified: list[dict[str, list[int]]] = self.ranks[0].meta["verified"]
         self.d2t = self.ranks[0].tensors.get("d2t")
 
+    @cached_property
+    def died(self) -> str | None:
+        """What the proposal that ended the engine raised, as the first rank to record it said; None if none did."""
+        return next((step["died"] for rank in self.ranks for step in rank.meta["steps"] if "died" in step), None)
+
     def prompt_of(self, request_id: str) -> int:
-        for i, rid in enumerate(self.run.request_ids):
+        """The prompt a request served: by the ids the engine answered with, or, in a run that died before it
+        answered, by the order vLLM numbers one generate's requests in (``"<n>"`` or ``"<n>-<suffix>"``)."""
+        known = self.run.request_ids or sorted(
+            {r.partition("-")[0] for rank in self.ranks for step in rank.meta["steps"] for r in step["req_ids"]},
+            key=lambda r: int(r) if r.isdigit() else -1,
+        )
+        for i, rid in enumerate(known):
             if request_id == rid or request_id.startswith(f"{rid}-"):
                 return i
-        raise ProbeMismatch(f"the probe saw request {request_id!r}, which is none of {self.run.request_ids}")
+        raise ProbeMismatch(f"the probe saw request {request_id!r}, which is none of {known}")
 
     @cached_property
     def calls(self) -> list[Call]:
         out = []
         for step in self.ranks[0].meta["steps"]:
             s, prompts = step["step"], tuple(self.prompt_of(r) for r in step["req_ids"])
-            drafts = self.ranks[0].tensors[f"step{s}.drafts"]
+            drafts = self.ranks[0].tensors.get(f"step{s}.drafts")
             for c in range(step["calls"]):
                 hidden = self.ranks[0].tensors[f"step{s}.call{c}.hidden"]
-                tokens = tuple(rank.tensors[f"step{s}.call{c}.tokens"] for rank in self.ranks)
-                out.append(Call(s, c, prompts, hidden, tokens, drafts[:, c]))
+                tokens, head = (
+                    [rank.tensors.get(f"step{s}.call{c}.{k}") for rank in self.ranks] for k in ("tokens", "head")
+                )
+                drafted = None if drafts is None else drafts[:, c]
+                out.append(Call(s, c, prompts, hidden, tuple(tokens), drafted, tuple(head)))
         return out
 
     @cached_property
@@ -79,13 +94,13 @@ class Drafting:
         """Draft tokens the target verified that no proposal filled (``-1``: a new request's first step)."""
         return sum(t == -1 for step in self.verified for tokens in step.values() for t in tokens)
 
-    def inputs(self, call: Call) -> Inputs:
-        """The call as the suite's case: the oracle's and the diagnosis' input."""
-        info, shards = self.head, [rank.tensors["head"] for rank in self.ranks]
-        logits_vocab = info["logits_vocab"]
-        case = Case(
-            batch=call.hidden.shape[0],
-            hidden=call.hidden.shape[1],
+    @cached_property
+    def case(self) -> Case:
+        """The draft's head as the suite's case (its sizes, dtype, scale and d2t; not its tensors)."""
+        info, logits_vocab = self.head, self.head["logits_vocab"]
+        return Case(
+            batch=1,
+            hidden=self.ranks[0].tensors["head"].shape[1],
             vocab=info["org_vocab"],
             tp=info["tp"],
             padding_size=64,
@@ -97,6 +112,13 @@ class Drafting:
             d2t="none" if self.d2t is None else "eagle3",
             target_extra=0 if self.d2t is None else info["target_vocab"] - info["org_vocab"],
         )
+
+    def inputs(self, call: Call) -> Inputs:
+        """The call as the suite's case: the oracle's and the diagnosis' input."""
+        if len(self.ranks) != self.head["tp"]:
+            raise ProbeMismatch(f"{self.run.spec.name}: {len(self.ranks)} of {self.head['tp']} ranks wrote records")
+        info, shards = self.head, [rank.tensors["head"] for rank in self.ranks]
+        case = replace(self.case, batch=call.hidden.shape[0])
         layouts = layouts_of(case)
         for lay, rank in zip(layouts, self.ranks, strict=True):
             got = rank.meta["head"]

@@ -100,14 +100,14 @@ def read(path: Path) -> tuple[dict[str, Any], Scenario, list[EngineSpec], str | 
 def check(prop: str, scenario: Scenario, specs: list[EngineSpec], pool: EnginePool, plant: str | None) -> None:
     """Run the recorded property on the recorded engines (started by ``pool``), with ``plant`` in every worker."""
     engines = [pool.get(spec, tuple(specs)) for spec in specs]
-    for engine in engines:
-        engine.plant(plant)
+    pool.plant(plant)
     first = specs[0]
     if prop in (checks.DRAFT_TARGETS, checks.DRAFT_ORACLE):
-        checks.check_draft_tokens(engines[0].run(scenario))
+        checks.check_draft_tokens(checks.generated(engines[0], scenario, None))
     elif prop == checks.LOSSLESS:
-        checks.check_lossless(engines[0].run(scenario), engines[1].run(scenario, target_of=first.method))
+        run = checks.generated(engines[0], scenario, prop)
+        checks.check_lossless(run, engines[1].run(scenario, target_of=first.method))
     elif prop == checks.SAME_DRAFTS:
-        checks.check_same_drafts([e.run(scenario) for e in engines])
+        checks.check_same_drafts([checks.generated(e, scenario, prop) for e in engines])
     else:
-        checks.check_exact_acceptance(engines[0].run(scenario))
+        checks.check_exact_acceptance(checks.generated(engines[0], scenario, prop))

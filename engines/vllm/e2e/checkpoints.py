@@ -36,6 +36,7 @@ C0 = 1.0  # feature 0 of every embedding: the constant EAGLE3's queries and keys
 MANTISSAS = torch.tensor([1.0, 1.25, 1.5, 1.75])
 EXPONENTS = torch.tensor([-2, -1, 0, 1])
 SCALE_EXPONENTS = torch.tensor([-2, -1, 0, 1, 2])  # a head row's weight: +-2**e
+FAR_WEIGHT = 16.0  # winners_across_ids: four times the strongest other row
 UNMAPPED = -32.0  # EAGLE3: target rows no draft id maps to read feature 0 with this, so they never win
 EAGLE3_LOGIT_SCALE = 0.75  # EAGLE3's config sets logit_scale: its LogitsProcessor scales the draft's logits
 ROPE_THETA = 10000.0
@@ -77,8 +78,16 @@ def sparse_rows(g: torch.Generator, rows: int) -> torch.Tensor:
     return w
 
 
+def far_ids(rows: int) -> list[int]:
+    """Where ``winners_across_ids`` plants its rows: the first and last id of each rank at tp 2 (the last the last
+    base id) and the first ids bfloat16 and float16 cannot carry (2**8 + 1, 2**11 + 1), in a head of ``rows``."""
+    b = boundary(rows)
+    return sorted({0, b - 1, b, rows - 1} | {i for i in (2**8 + 1, 2**11 + 1) if i < rows})
+
+
 def planted(w: torch.Tensor, plants: tuple[str, ...], g: torch.Generator) -> torch.Tensor:
-    """``w`` with the plan's cases planted around the tp=2 shard boundary, in the order of ``PLANTS``."""
+    """``w`` with the plan's cases planted, in the order of ``PLANTS`` (``all_negative`` first: it clears the rest);
+    all but ``winners_across_ids`` around the tp=2 shard boundary."""
     w, b = w.clone(), boundary(len(w))
     strong = torch.zeros(4, SIZES.hidden)  # weight +4 on a feature: these rows often win
     strong[torch.arange(4), torch.randint(1, SIZES.hidden, (4,), generator=g)] = 4.0
@@ -87,6 +96,11 @@ def planted(w: torch.Tensor, plants: tuple[str, ...], g: torch.Generator) -> tor
         w[:, 0] = -torch.exp2(SCALE_EXPONENTS[torch.randint(len(SCALE_EXPONENTS), (len(w),), generator=g)].float())
     if "zero_rows" in plants:
         w[[3, b - 4, b + 4]] = 0.0
+    if "winners_across_ids" in plants:  # +16 on a feature each, distinct: a token high on one picks its row
+        ids = far_ids(len(w))
+        features = 1 + torch.randperm(SIZES.hidden - 1, generator=g)[: len(ids)]
+        w[ids] = 0.0
+        w[ids, features] = FAR_WEIGHT
     if "ties_across_ranks" in plants:
         for i in range(4):
             w[b - 1 - i] = w[b + i] = strong[i]
@@ -101,6 +115,25 @@ def planted(w: torch.Tensor, plants: tuple[str, ...], g: torch.Generator) -> tor
     if "inf_rows" in plants:
         w[[b - 2, b + 2], feature] = float("inf")
     return w
+
+
+def chained(embed: torch.Tensor, head: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+    """``embed`` with the tokens of ``winners_across_ids``'s rows (their targets through ``targets``, for EAGLE3)
+    rearranged so that each picks the next such row: a draft that predicts one walks them all, position after
+    position.  Each token stays a signed permutation of the same values: its largest moves, positive, to the next
+    row's feature, and the other rows' features turn negative."""
+    ids = [i for i in far_ids(len(head)) if int(head[i].ne(0).sum()) == 1 and float(head[i].max()) == FAR_WEIGHT]
+    features = [int(head[i].argmax()) for i in ids]
+    embed = embed.clone()
+    for k, i in enumerate(ids):
+        token, want = int(targets[i]) if targets is not None else i, features[(k + 1) % len(ids)]
+        row = embed[token]
+        top = 1 + int(row[1:].abs().argmax())
+        row[[top, want]] = row[[want, top]]
+        row[want] = row[want].abs()
+        others = [f for f in features if f != want]
+        row[others] = -row[others].abs()
+    return embed
 
 
 def d2t_targets(scenario: Scenario) -> torch.Tensor:
@@ -141,7 +174,12 @@ def plan_tensors(scenario: Scenario, method: str | None) -> dict[str, dict[str, 
         target_head = planted(target_head, scenario.plants, g_draft)
     if method == "draft_model":
         head = target_head if scenario.exact else planted(sparse_rows(g_draft, SIZES.vocab), scenario.plants, g_draft)
-        draft = {"model.embed_tokens.weight": embed, "model.norm.weight": norm, "lm_head.weight": head}
+        draft = {"model.norm.weight": norm, "lm_head.weight": head}
+    if "winners_across_ids" in scenario.plants and method is not None:
+        planted_head = draft.get("lm_head.weight", target_head)  # EAGLE shares the target's
+        embed = chained(embed, planted_head, d2t_targets(scenario) if method == "eagle3" else None)
+    if method == "draft_model":
+        draft["model.embed_tokens.weight"] = embed
     target = {"model.embed_tokens.weight": embed, "model.norm.weight": norm, "lm_head.weight": target_head}
     return {"target": target, "draft": draft}
 

@@ -60,6 +60,15 @@ class EngineFailed(RuntimeError):
     shows the end of its log."""
 
 
+class EngineDied(EngineFailed):
+    """An engine died in a generate whose proposal raised: ``run`` holds what its workers' probes wrote first (the
+    calls of the draft's head up to the one that raised; no outputs), for the checks to name the rule."""
+
+    def __init__(self, message: str, run: Generated) -> None:
+        super().__init__(message)
+        self.run = run
+
+
 @dataclass(frozen=True, order=True)
 class EngineSpec:
     """Which engine: ``method`` None serves the target alone (no speculation, so no switch)."""
@@ -152,12 +161,20 @@ class Engine:
         folder = self.dir / f"example{self._examples}"
         files = write_plan(folder, scenario, self.spec.method or target_of)
         draft = str(files["draft"]) if self.spec.method and "draft" in files else None
-        self._request({"op": "load", "target": str(files["target"]), "draft": draft})
         pattern = str(folder / "rank{rank}.safetensors") if self.spec.method else ""
-        answer = self._request(
-            {"op": "generate", "prompts": scenario.prompts, "max_tokens": scenario.max_tokens, "records": pattern}
-        )
+        self._request({"op": "load", "target": str(files["target"]), "draft": draft, "records": pattern})
         ranks = None if not pattern else [Path(pattern.format(rank=r)) for r in range(self.spec.tp)]
+        try:
+            answer = self._request(
+                {"op": "generate", "prompts": scenario.prompts, "max_tokens": scenario.max_tokens, "records": pattern}
+            )
+        except EngineFailed as failed:
+            written = [path for path in ranks or () if path.exists()]  # a proposal that raised wrote them
+            if not written:
+                raise
+            seconds = time.monotonic() - began
+            died = Generated(self.spec, scenario, [], [], {}, written, seconds, self.planted)
+            raise EngineDied(str(failed), died) from None
         return Generated(
             self.spec,
             scenario,
@@ -168,6 +185,11 @@ class Engine:
             time.monotonic() - began,
             self.planted,
         )
+
+    @property
+    def broken(self) -> bool:
+        """Whether this engine failed or ended: one that did is never asked again (the pool starts another)."""
+        return self.failed or self.proc.poll() is not None
 
     def plant(self, name: str | None) -> list[str | None]:
         """Put a broken local path (``tests.broken_engine``) into every worker; None takes it back."""
@@ -215,9 +237,10 @@ class Engine:
         shown = "\n".join(f"  | {line}" for line in tail)
         return f"vLLM engine {self.spec.name} {what}; the last lines of its log ({self.log}):\n{shown}"
 
-    def close(self) -> None:
+    def close(self, keep_failed: bool = True) -> None:
         """Ask a working host to leave, then end its process group whatever it did; remove its folder (not after a
-        failure: the log and the example that broke it stay, and the error names the log)."""
+        failure, unless ``keep_failed`` is False: the log and the example that broke it stay, and the error names the
+        log)."""
         if self.proc.poll() is None and not self.failed:
             try:
                 self.proc.stdin.write(b'{"op": "quit"}\n')
@@ -231,5 +254,5 @@ class Engine:
             pass
         self.proc.wait()
         self._answers.close()
-        if not self.failed and not os.environ.get("TPARGMAX_E2E_KEEP"):
+        if not (self.failed and keep_failed) and not os.environ.get("TPARGMAX_E2E_KEEP"):
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -2,11 +2,12 @@
 file descriptor FD; vLLM's own output goes to stdout and stderr, which the driver keeps as the engine's log).
 
 SPEC is a JSON object: the models' folders, tp, the switch, the dtype and the method (null: the target alone).  The
-host answers ``{"ready": ...}`` once the engine is up, then one answer per request: ``load`` (an example's
-tensors), ``generate`` (greedy, every prompt; the outputs, the speculative counters' increase and the probe's
-records, written per rank), ``plant`` and ``quit``.  An error is answered as ``{"error": ...}`` and the engine
-stays up.  It ends its whole process group (the engine's workers included) whenever it ends itself, and when its
-driver goes away.
+host answers ``{"ready": ...}`` once the engine is up, then one answer per request: ``load`` (an example's tensors),
+``generate`` (greedy, every prompt; the outputs, the speculative counters' increase and the probe's records, written
+per rank), ``plant`` and ``quit``.  An error is answered as ``{"error": ...}`` and the engine stays up, but for a
+``generate``: vLLM's engine does not outlive a step that raised, so the host answers ``{"error": ..., "dead":
+true}``, and ends (the probe has written what the heads returned).  It ends its whole process group (the engine's
+workers included) whenever it ends itself, and when its driver goes away.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def counters(llm: Any) -> dict[str, int]:
 def serve(llm: Any, request: dict[str, Any]) -> dict[str, Any]:
     op = request["op"]
     if op == "load":
-        llm.collective_rpc("tpargmax_load", args=(request["target"], request.get("draft")))
+        llm.collective_rpc("tpargmax_load", args=(request["target"], request.get("draft"), request["records"]))
         return {"ok": True}
     if op == "plant":
         return {"planted": llm.collective_rpc("tpargmax_plant", args=(request["name"],))}
@@ -135,7 +136,10 @@ def serve_requests(argv: list[str]) -> int:
         try:
             answer(serve(llm, request))
         except Exception:  # noqa: BLE001 - one failed request is reported; the engine stays up for the next
-            answer({"error": traceback.format_exc(limit=8)})
+            dead = request["op"] == "generate"
+            answer({"error": traceback.format_exc(limit=8), **({"dead": True} if dead else {})})
+            if dead:
+                return 1
     answer({"bye": True})
     out.flush()
     return 0

@@ -21,6 +21,7 @@ PLANTS = (
     "inf_rows",  # +inf weights on rows of each half: ties at +inf (or -inf, by the hidden state's sign)
     "all_negative",  # every row reads the constant feature with a negative weight: unmasked padding (0) would win
     "zero_rows",  # rows of zeros: with all_negative, ties at 0 across ranks
+    "winners_across_ids",  # strong rows at the ids float types round (past 2**8, 2**11), the ranks' ends, the last id
 )
 D2T_PLANS = ("spread", "prefix", "suffix")  # EAGLE3's tables: strictly increasing, as trained drafts have them
 NORMS = ("uniform", "varied")  # the target's final norm weights: all 1, or powers of two per feature
@@ -30,8 +31,9 @@ NORMS = ("uniform", "varied")  # the target's final norm weights: all 1, or powe
 class Sizes:
     """The models every engine of a run serves (hidden 128 in 4 heads of 32: a head size CPU attention supports)."""
 
-    vocab: int = 300  # the target's: padded to 320, so 20 padding rows at tp 1 and on rank 1 at tp 2
-    draft_vocab: int = 200  # EAGLE3's: padded to 256, 72 real rows and 56 padding on rank 1 at tp 2
+    # Past 2**11, so that winners reach ids bfloat16 (2**8) and float16 (2**11) cannot carry exactly
+    vocab: int = 4500  # the target's: padded to 4544, 44 padding rows at tp 1 and on rank 1 at tp 2 (from 2272)
+    draft_vocab: int = 2300  # EAGLE3's: padded to 2304, 4 padding rows at tp 1 and on rank 1 at tp 2 (from 1152)
     hidden: int = 128
     heads: int = 4
     intermediate: int = 256

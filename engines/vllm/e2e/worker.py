@@ -22,15 +22,18 @@ class Probe:
     """Methods vLLM adds to its worker; state lives in attributes prefixed ``_tpargmax``."""
 
     def tpargmax_install(self) -> dict[str, Any]:
-        """Wrap the drafter's greedy sampling and proposal to record every call; describe the draft's head."""
+        """Wrap the drafter's greedy sampling and proposal, and its head's local path, to record every call;
+        describe the draft's head."""
         runner = self.model_runner
         drafter = getattr(runner, "drafter", None)
         self._tpargmax_steps: list[dict[str, Any]] = []
         self._tpargmax_verified: list[dict[str, list[int]]] = []
         self._tpargmax_undo: list[tuple[object, str, object]] = []
+        self._tpargmax_records = ""  # where a proposal that raises writes what was recorded, at once
         if drafter is None:
             return {"rank": self.rank, "drafter": None}
         greedy, propose, execute = drafter._greedy_sample, drafter.propose, runner.execute_model
+        processor = drafter.model.logits_processor
 
         def recorded_execute(scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
             spec = scheduler_output.scheduled_spec_decode_tokens
@@ -38,16 +41,33 @@ class Probe:
                 self._tpargmax_verified.append({r: list(t) for r, t in spec.items()})
             return execute(scheduler_output, *args, **kwargs)
 
+        def recorded_head(*args: Any, **kwargs: Any) -> torch.Tensor:
+            """The head's local path (looked up on the class at each call, so a plant takes effect): its ids
+            before ``d2t``, kept in the call being recorded."""
+            ids = type(processor).get_top_tokens(processor, *args, **kwargs)
+            if self._tpargmax_steps and self._tpargmax_steps[-1]["calls"]:
+                self._tpargmax_steps[-1]["calls"][-1]["head"] = ids.detach().clone()
+            return ids
+
         def recorded_greedy(hidden_states: torch.Tensor) -> torch.Tensor:
-            tokens = greedy(hidden_states)
+            call: dict[str, torch.Tensor] = {"hidden": hidden_states.detach().clone()}
             if self._tpargmax_steps:
-                self._tpargmax_steps[-1]["calls"].append((hidden_states.detach().clone(), tokens.detach().clone()))
+                self._tpargmax_steps[-1]["calls"].append(call)
+            tokens = greedy(hidden_states)
+            call["tokens"] = tokens.detach().clone()
             return tokens
 
         def recorded_propose(*args: Any, **kwargs: Any) -> torch.Tensor:
             step: dict[str, Any] = {"calls": []}
             self._tpargmax_steps.append(step)
-            drafts = propose(*args, **kwargs)
+            try:
+                drafts = propose(*args, **kwargs)
+            except BaseException as exc:  # the engine dies of it: what the heads returned goes to disk first
+                rows = len(step["calls"][0]["hidden"]) if step["calls"] else 0
+                step["req_ids"], step["died"] = list(runner.input_batch.req_ids[:rows]), f"{type(exc).__name__}: {exc}"
+                if self._tpargmax_records:
+                    self.tpargmax_take(self._tpargmax_records)
+                raise
             step["drafts"] = drafts.detach().clone()
             step["req_ids"] = list(runner.input_batch.req_ids[: drafts.shape[0]])
             return drafts
@@ -57,6 +77,7 @@ class Probe:
             recorded_propose,
             recorded_execute,
         )
+        processor.get_top_tokens = recorded_head
         return {"rank": self.rank, **self._tpargmax_head_info()}
 
     def _tpargmax_head_info(self) -> dict[str, Any]:
@@ -80,13 +101,14 @@ class Probe:
             "dtype": str(head.weight.dtype).removeprefix("torch."),
         }
 
-    def tpargmax_load(self, target: str, draft: str | None) -> None:
+    def tpargmax_load(self, target: str, draft: str | None, records: str = "") -> None:
         """Load an example's tensors into the target (and the draft) in place, then redo what vLLM derives from
-        them after loading (the CPU head's oneDNN handle)."""
+        them after loading (the CPU head's oneDNN handle); ``records``: where this example's records go."""
         from safetensors.torch import load_file
         from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 
         runner = self.model_runner
+        self._tpargmax_records = records
         models = [(runner.model, target)]
         if draft is not None:
             models.append((runner.drafter.model, draft))
@@ -99,7 +121,8 @@ class Probe:
 
     def tpargmax_take(self, path: str) -> int:
         """Write what the probe recorded since the last take (and the draft's head as it is now) to ``path`` with
-        this rank's number in it; forget it; return the number of steps."""
+        this rank's number in it; forget it; return the number of steps.  A step whose proposal raised keeps its
+        calls up to the one that raised, and says what it raised (``died``)."""
         tensors: dict[str, torch.Tensor] = {}
         steps = []
         model = self.model_runner.drafter.model
@@ -108,12 +131,15 @@ class Probe:
         if d2t is not None:
             tensors["d2t"] = d2t.detach().clone()
         for s, step in enumerate(self._tpargmax_steps):
-            if "drafts" not in step:  # a proposal that raised: the host reports the error
+            if "req_ids" not in step:  # still being proposed
                 continue
-            tensors[f"step{s}.drafts"] = step["drafts"]
-            for c, (hidden, tokens) in enumerate(step["calls"]):
-                tensors[f"step{s}.call{c}.hidden"], tensors[f"step{s}.call{c}.tokens"] = hidden, tokens
+            if "drafts" in step:
+                tensors[f"step{s}.drafts"] = step["drafts"]
+            for c, call in enumerate(step["calls"]):
+                tensors |= {f"step{s}.call{c}.{k}": v for k, v in call.items()}
             steps.append({"step": s, "req_ids": step["req_ids"], "calls": len(step["calls"])})
+            if "died" in step:
+                steps[-1]["died"] = step["died"]
         meta = {"steps": steps, "verified": self._tpargmax_verified, "head": self._tpargmax_head_info()}
         save(tensors, path.format(rank=self.rank), {"probe": json.dumps(meta)})
         self._tpargmax_steps.clear()
