@@ -42,11 +42,15 @@ def rms(x: torch.Tensor, weight: torch.Tensor, dtype: torch.dtype) -> torch.Tens
     return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.to(dtype).float()).to(dtype)
 
 
-def next_tokens(scenario: Scenario, method: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """The target's next token after every token, and the draft's prediction of it, by the models' arithmetic."""
+def next_tokens(
+    scenario: Scenario, method: str, dtype: torch.dtype, tokens: list[int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's next token after every token (or after each of ``tokens``), and the draft's prediction of it,
+    by the models' arithmetic."""
     plan = checkpoints.plan_tensors(scenario, method)
     target, draft = plan["target"], plan["draft"]
-    embed = target["model.embed_tokens.weight"]
+    rows = slice(None) if tokens is None else tokens
+    embed = target["model.embed_tokens.weight"][rows]
     hidden = rms(embed, target["model.norm.weight"], dtype)
     want = F.linear(hidden, target["lm_head.weight"].to(dtype)).argmax(-1)
     if method == "eagle3":  # its own position's normalised embedding, normalised again, then its scaled head
@@ -56,7 +60,7 @@ def next_tokens(scenario: Scenario, method: str, dtype: torch.dtype) -> tuple[to
         return want, top + draft["d2t"][top]
     if method == "eagle":  # fc copies the embedding; the target's head, shared
         return want, F.linear(embed.to(dtype), target["lm_head.weight"].to(dtype)).argmax(-1)
-    hidden = rms(draft["model.embed_tokens.weight"], draft["model.norm.weight"], dtype)
+    hidden = rms(draft["model.embed_tokens.weight"][rows], draft["model.norm.weight"], dtype)
     return want, F.linear(hidden, draft["lm_head.weight"].to(dtype)).argmax(-1)
 
 
@@ -81,14 +85,17 @@ def test_the_pinned_winners_walk_the_whole_id_range(method, dtype, exact):
     """With ``winners_across_ids`` pinned, a draft that predicts one of its rows walks them all, one a draft
     position: ids past 2**8 and 2**11, both ends of each rank at tp 2, the last base id (before d2t)."""
     scenario = next(s for s in planted_scenarios(exact=exact) if s.plants == ("winners_across_ids",))
-    _, drafted = next_tokens(scenario, method, DTYPES[dtype])
     rows = SIZES.draft_vocab if method == "eagle3" else SIZES.vocab
     far = checkpoints.far_ids(rows)
     assert {2**8 + 1, 2**11 + 1, rows - 1} <= set(far) and len(far) == 6
     targets = checkpoints.d2t_targets(scenario) if method == "eagle3" else torch.arange(SIZES.vocab)
-    token, walked = int(targets[far[0]]), []
+    tokens = targets[far].tolist()  # the tokens a far row's prediction leads to: only theirs are needed
+    _, drafted = next_tokens(scenario, method, DTYPES[dtype], tokens)
+    after = dict(zip(tokens, drafted.tolist(), strict=True))
+    token, walked = tokens[0], []
     for _ in far:
-        token = int(drafted[token])
+        assert token in after, f"the walk left the far rows after {walked}"
+        token = after[token]
         walked.append(int(torch.searchsorted(targets, token)))  # back to the draft's id
     assert sorted(walked) == far, walked
 
