@@ -1,9 +1,6 @@
-"""pytest options and fixtures: which implementation is under test, and collective timeouts.
+"""The run's settings and fixtures: which implementation is under test, on which backend, and what the run reports.
 
-``--impl SPEC[,SPEC...]`` (or ``TPARGMAX_IMPL``) selects the implementations
-under test: built-in short names or ``MODULE:ATTR``; without it both local
-paths are tested.
-``--backend`` picks where the ranks run.  Test ids read like
+The options (``--impl``, ``--backend``, ...) are ``properties/harness/options.py``'s.  Test ids read like
 ``test_token_exact[packed_key-gloo]``.
 """
 
@@ -30,122 +27,24 @@ import torch
 from hypothesis import settings
 from hypothesis._settings import is_in_ci
 
-from groups.devices import DEVICE_ENV, DEVICES, check_backend, check_device, default_device
+from groups.devices import check_backend, check_device
 from groups.pool import close_all_pools
 from properties.harness import coverage, example_db, results
 from properties.harness import settings as run_settings
 from properties.harness.fuzz_shards import shard_of
 from properties.harness.profiles import backend_budget  # importing it registers dev, ci and nightly
 from properties.sampling.checks import noise_key_of, token_noise
-from sharded.impls import IMPL_ENV, SAMPLING_IMPL_ENV, TOPK_IMPL_ENV, load_impl
-from sharded.local_argmax import BUILTINS, DEFAULT_IMPLS
-from sharded.local_sampling import DEFAULT_SAMPLING_IMPLS, SAMPLING_BUILTINS
-from sharded.local_top_k import DEFAULT_TOPK_IMPLS, TOPK_BUILTINS
+from sharded.impls import load_impl
+from sharded.local_argmax import DEFAULT_IMPLS
+from sharded.local_sampling import DEFAULT_SAMPLING_IMPLS
+from sharded.local_top_k import DEFAULT_TOPK_IMPLS
 
 SUBJECTS = ("impl", "topk_impl", "sampling_impl")  # the fixtures that hold an implementation under test
 TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests")  # the project's own tests
-pytest_plugins = ("properties.e2e.plugin", "properties.harness.baseline")  # --e2e; --baseline: known causes
+# the run's options; --e2e; --baseline: known causes
+pytest_plugins = ("properties.harness.options", "properties.e2e.plugin", "properties.harness.baseline")
 # xdist's workers share the cores (one more than there are: pytest_xdist_auto_num_workers): one intra-op thread each.
 torch.set_num_threads(1)
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("tpargmax")
-    group.addoption(
-        "--impl",
-        default=os.environ.get(IMPL_ENV),
-        help=f"implementation(s) under test, comma-separated: {sorted(BUILTINS)} or MODULE:ATTR "
-        f"(default: {','.join(DEFAULT_IMPLS)}; env {IMPL_ENV})",
-    )
-    group.addoption(
-        "--topk-impl",
-        default=os.environ.get(TOPK_IMPL_ENV),
-        help=f"top-k implementation(s) under test, comma-separated: {sorted(TOPK_BUILTINS)} or MODULE:ATTR "
-        f"(default: {','.join(DEFAULT_TOPK_IMPLS)}; env {TOPK_IMPL_ENV})",
-    )
-    group.addoption(
-        "--sampling-impl",
-        default=os.environ.get(SAMPLING_IMPL_ENV),
-        help=f"sampler(s) under test, comma-separated: {sorted(SAMPLING_BUILTINS)} or MODULE:ATTR "
-        f"(default: {','.join(DEFAULT_SAMPLING_IMPLS)}; env {SAMPLING_IMPL_ENV})",
-    )
-    group.addoption(
-        "--heads",
-        default=os.environ.get("TPARGMAX_HEADS", "all"),
-        choices=run_settings.HEADS,
-        help="which heads the cases draw: all (default), or base: only base ids are tokens, for implementations "
-        "without added vocabulary (added rows still appear, beyond the logits vocabulary; env TPARGMAX_HEADS)",
-    )
-    group.addoption(
-        "--layouts",
-        default=os.environ.get("TPARGMAX_LAYOUTS", ",".join(run_settings.LAYOUTS)),
-        help="the layouts beyond one even split that the implementations take, comma-separated, or none: diverged "
-        "(the ranks' copies of the hidden states differ), dp (attention data parallel's row segments), uneven "
-        "(shards of unequal width); the others' properties skip (default: all; env TPARGMAX_LAYOUTS)",
-    )
-    group.addoption(
-        "--xfails-file",
-        default=os.environ.get("TPARGMAX_XFAILS"),
-        help="known failures of your implementation: lines of 'TEST-ID-SUBSTRING  # reason' (env TPARGMAX_XFAILS)",
-    )
-    group.addoption(
-        "--backend",
-        default=None,
-        help="comma-separated backends the properties run on: sim (threads), gloo (process pool) "
-        "(default sim,gloo; sim with --device cuda)",
-    )
-    group.addoption(
-        "--device",
-        default=default_device(),
-        help=f"where every rank's tensors and the oracle live: {' or '.join(DEVICES)}; rank r takes cuda:(r mod N) "
-        f"with N GPUs (default %(default)s; env {DEVICE_ENV})",
-    )
-    group.addoption(
-        "--gloo-tps",
-        default=None,
-        help="tp sizes of the gloo pools (default 2,4; 2,4,8 under the nightly profile)",
-    )
-    group.addoption(
-        "--repro-dir",
-        default=os.environ.get("TPARGMAX_REPRO_DIR", "repro"),
-        help="where each failure is also written as a standalone repro file, and where committed repro files "
-        "are replayed from as regression tests (default %(default)s; env TPARGMAX_REPRO_DIR)",
-    )
-    group.addoption(
-        "--results-json",
-        default=None,
-        help="write every test's outcome (rule, case, replay, repro file of each failure) to this JSON file",
-    )
-    group.addoption(
-        "--only-subjects",
-        action="store_true",
-        help="run only the tests that call an implementation under test (--impl, --topk-impl, --sampling-impl)",
-    )
-    group.addoption(
-        "--fuzz-seed",
-        type=int,
-        default=None,
-        help="seed the run's Hypothesis tests, keeping the example database on (tpargmax fuzz records it)",
-    )
-    group.addoption(
-        "--shard-tests",
-        default=None,
-        metavar="I/N",
-        help="run share I of N of the selected tests (by test id; tpargmax fuzz --shard I/N --shard-by properties)",
-    )
-    group.addoption(
-        "--max-examples",
-        type=int,
-        default=None,
-        help="override the profile's examples per property (used by tpargmax fuzz for time-boxed rounds)",
-    )
-    group.addoption(
-        "--collective-timeout",
-        type=float,
-        default=run_settings.Settings.collective_timeout,
-        help="seconds a rank may go without answering (gloo) or without reaching a collective (sim) before "
-        "it is reported as hung (default %(default)s)",
-    )
 
 
 # Hypothesis now and then draws a constant found in the source of the project's imported modules, and looks again

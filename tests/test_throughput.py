@@ -140,7 +140,7 @@ def test_each_property_and_backend_is_one_row_over_its_parametrizations():
     ]
 
 
-def test_the_run_takes_every_property_file_and_only_the_options_conftest_has():
+def test_the_run_takes_every_property_file_and_only_the_options_the_suite_has():
     files = property_files()
     assert {"properties/test_equivalence.py", "properties/test_sampling.py", "properties/test_traffic.py"} <= set(files)
     assert files == sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("properties/test_*.py"))
@@ -148,9 +148,9 @@ def test_the_run_takes_every_property_file_and_only_the_options_conftest_has():
     cmd = command(args)
     assert cmd[cmd.index("--impl") + 1] == "vllm_pairs" and cmd[cmd.index("--sampling-impl") + 1] == "candidates"
     assert "--topk-impl" not in cmd and cmd[cmd.index("--backend") + 1] == "sim" and cmd[-2:] == ["-k", "exact"]
-    conftest = (ROOT / "conftest.py").read_text(encoding="utf-8")
+    options = (ROOT / "properties" / "harness" / "options.py").read_text(encoding="utf-8")
     for option in {c for c in cmd if c.startswith("--")} - {"--hypothesis-profile", "--hypothesis-show-statistics"}:
-        assert f'"{option}"' in conftest, option
+        assert f'"{option}"' in options, option
 
 
 def test_the_events_switch_is_the_one_the_suite_reads():

@@ -33,7 +33,7 @@ def command(args: argparse.Namespace, root: Path = ROOT) -> list[str]:
     """The pytest command line: every property file, one process, the ci profile, the statistics shown."""
     cmd = [sys.executable, "-m", "pytest", *property_files(root), "-q", "-p", "no:xdist", "-p", "no:cacheprovider"]
     cmd += ["--hypothesis-profile", "ci", "--hypothesis-show-statistics", "--backend", args.backend]
-    for option in ("impl", "topk_impl", "sampling_impl"):  # conftest's options; unset ones keep its defaults
+    for option in ("impl", "topk_impl", "sampling_impl"):  # the suite's options; unset ones keep their defaults
         if (value := getattr(args, option, None)) is not None:
             cmd += [f"--{option.replace('_', '-')}", value]
     if getattr(args, "k", None):
