@@ -70,7 +70,8 @@ PROPERTY_SHARE = {
     # every example is the same situation (each row all -inf, d2t shifting id 0): sizes and tp vary, little else
     "test_all_neg_inf_row_with_offset_d2t": 0.25,
     **LAYOUT_SHARE,
-    # vLLM's engine end to end, on one to four engines an example: 8 examples per engine and property under ci
+    # vLLM's engine end to end, on one to four engines an example: 8 drawn per engine and property under ci, after
+    # one pinned per planted case
     **dict.fromkeys(("test_draft_tokens", "test_lossless", "test_same_drafts", "test_exact_acceptance"), E2E_SHARE),
 }
 # Sampling: every rank merges every row, and the oracle draws noise over the whole vocabulary, so an example costs
