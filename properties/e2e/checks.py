@@ -138,7 +138,7 @@ def _judge_call(drafting: Drafting, call: Call, prop: str | None, after: list[st
     __tracebackhide__ = True
     run = drafting.run
     for what, per_rank in (("ids before d2t", call.head), ("draft tokens", call.tokens)):
-        first = per_rank[0] if per_rank else None
+        first = per_rank[0]
         for rank, ids in enumerate(per_rank[1:], 1):
             if first is not None and ids is not None and not torch.equal(ids, first):
                 row = int((ids != first).nonzero()[0])
@@ -148,7 +148,7 @@ def _judge_call(drafting: Drafting, call: Call, prop: str | None, after: list[st
                 fail(RANKS_DIFFER, prop or DRAFT_ORACLE, [run], details + after)
     inputs = drafting.inputs(call)
     want = answer(inputs)
-    head, tokens = call.head[0] if call.head else None, call.tokens[0]
+    head, tokens = call.head[0], call.tokens[0]
     if head is not None:
         for row, got in enumerate(head.tolist()):
             rule = head_id_rule(inputs, got)

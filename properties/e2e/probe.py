@@ -36,7 +36,7 @@ class Call:
     hidden: torch.Tensor  # [B, H] as rank 0 saw it
     tokens: tuple[torch.Tensor | None, ...]  # what each rank's greedy sampling returned (None: it raised)
     drafted: torch.Tensor | None  # the proposal's column for this position (rank 0); None where it raised
-    head: tuple[torch.Tensor | None, ...] = ()  # each rank's local path's ids, before d2t (None: switch off)
+    head: tuple[torch.Tensor | None, ...]  # each rank's local path's ids, before d2t (None: switch off)
 
 
 @dataclass
@@ -62,13 +62,18 @@ class Drafting:
         """What the proposal that ended the engine raised, as the first rank to record it said; None if none did."""
         return next((step["died"] for rank in self.ranks for step in rank.meta["steps"] if "died" in step), None)
 
-    def prompt_of(self, request_id: str) -> int:
-        """The prompt a request served: by the ids the engine answered with, or, in a run that died before it
-        answered, by the order vLLM numbers one generate's requests in (``"<n>"`` or ``"<n>-<suffix>"``)."""
-        known = self.run.request_ids or sorted(
+    @cached_property
+    def request_ids(self) -> list[str]:
+        """The requests by prompt: the ids the engine answered with, or, in a run that died before it answered, the
+        ones the probe saw in the order vLLM numbers one generate's requests (``"<n>"`` or ``"<n>-<suffix>"``)."""
+        return self.run.request_ids or sorted(
             {r.partition("-")[0] for rank in self.ranks for step in rank.meta["steps"] for r in step["req_ids"]},
             key=lambda r: int(r) if r.isdigit() else -1,
         )
+
+    def prompt_of(self, request_id: str) -> int:
+        """The prompt a request served (:attr:`request_ids`)."""
+        known = self.request_ids
         for i, rid in enumerate(known):
             if request_id == rid or request_id.startswith(f"{rid}-"):
                 return i
