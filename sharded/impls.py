@@ -20,9 +20,9 @@ BUILTINS = {**ARGMAX_BUILTINS, **TOPK_BUILTINS, **SAMPLING_BUILTINS}
 # default install lacks (Triton, CUDA, an engine's wheel) and are offered by name only where they can run:
 # name -> (MODULE:ATTR, MODULE:function that says why it cannot run here, or returns None when it can).
 ENGINE_BUILTINS = {"trtllm_style": "engines.variants:trtllm_style", "sglang_style": "engines.variants:sglang_style"}
-_VLLM = "engines.vllm.layer"
-_SGLANG = "engines.sglang.kernels"
-_DFLASH = "engines.sglang.dflash_draft"
+_VLLM = "engines.vllm.subjects.layer"
+_SGLANG = "engines.sglang.wheel.kernels"
+_DFLASH = "engines.sglang.subjects.dflash_draft"
 OPTIONAL = {
     "triton_key": ("sharded.triton_key:triton_key", "sharded.triton_key:why_unavailable"),
     "vllm": (f"{_VLLM}:vllm_local_argmax", f"{_VLLM}:why_unavailable"),
@@ -39,33 +39,41 @@ OPTIONAL = {
 # ``sharded.vllm_models:Gemma4MTP[dense].get_top_tokens``): old module -> where it lives now.  A name is matched
 # whole: ``engines.sglang`` is now a package, and its old spec ``engines.sglang:sglang_classic`` the kernels'.
 MOVED = {
-    "sharded.vllm_models": "engines.vllm.models",
-    "sharded.vllm_layer": "engines.vllm.layer",
+    "sharded.vllm_models": "engines.vllm.subjects.models",
+    "sharded.vllm_layer": "engines.vllm.subjects.layer",
     "sharded.engine_variants": "engines.variants",
     "engines.sglang": _SGLANG,
-    "engines.sglang_wheel": "engines.sglang.wheel",
-    "engines.sglang_sampling": "engines.sglang.sampling",
-    "engines.sglang_sampling_wheel": "engines.sglang.sampling_wheel",
-    "engines.tpu_inference": "engines.tpu_inference.adapter",
-    "engines.tpu_inference_sampler": "engines.tpu_inference.sampler",
-    "engines.tpu_inference_fixes": "engines.tpu_inference.fixes",
-    "engines.tpu_inference_findings": "engines.tpu_inference.findings",
+    "engines.sglang_wheel": "engines.sglang.wheel.compiled",
+    "engines.sglang_sampling": "engines.sglang.subjects.sampling",
+    "engines.sglang_sampling_wheel": "engines.sglang.wheel.runtime",
+    "engines.tpu_inference": "engines.tpu_inference.wheel.adapter",
+    "engines.tpu_inference_sampler": "engines.tpu_inference.subjects.sampler",
+    "engines.tpu_inference_fixes": "engines.tpu_inference.corrections.masks",
+    "engines.tpu_inference_findings": "engines.tpu_inference.causes.findings",
     "engines.sampling_findings": "engines.sampling_page",
+    **{f"engines.vllm.{m}": f"engines.vllm.subjects.{m}" for m in ("models", "corrected", "gumbel", "dflash2_sampler")},
+    **{f"engines.vllm.{m}": f"engines.vllm.subjects.{m}" for m in ("topk_topp_triton", "xpress_argmax", "layer")},
+    "engines.vllm.known_defects": "engines.vllm.causes.known_defects",
+    "engines.vllm.findings": "engines.vllm.causes.findings",
+    "engines.sglang.findings": "engines.sglang.causes.findings",
+    "engines.sglang.kernels": _SGLANG,
+    "engines.sglang.fixes": "engines.sglang.corrections.greedy",
+    **{f"engines.sglang.{m}": f"engines.sglang.subjects.{m}" for m in ("dflash_draft", "selector", "domino_rollout")},
+    **{f"engines.sglang.{m}": f"engines.sglang.subjects.{m}" for m in ("eagle_verify", "dp_lm_head")},
 }
 
 # The project's own modules of implementations under test.  A repro file names the implementation it recorded;
 # replaying it imports that name only if it is a built-in or a public callable of one of these (``shipped``), since
 # a file received with a module beside it would otherwise run that module.  Anything else needs the user's word.
 # A moved module's old name is shipped where its new home is (not the findings' or the wheel loaders' old names).
-_SHIPPED = (
-    {"tests.broken", "tests.broken_top_k", "tests.broken_sampling", "tests.broken_layouts", "engines.variants", _SGLANG}
-    | {_DFLASH, "engines.sglang.dp_lm_head", "engines.sglang.fixes", "engines.sglang.selector"}
-    | {"engines.sglang.eagle_verify", "engines.sglang.domino_rollout"}
-    | {"engines.vllm.layer", "engines.vllm.models", "engines.vllm.corrected"}
-    | {"engines.vllm.gumbel", "engines.vllm.dflash2_sampler", "engines.sglang.sampling"}
-    | {"engines.vllm.topk_topp_triton", "engines.vllm.xpress_argmax"}
-    | {"engines.tpu_inference.adapter", "engines.tpu_inference.sampler", "engines.tpu_inference.fixes"}
-)
+_SHIPPED = {
+    *"tests.broken tests.broken_top_k tests.broken_sampling tests.broken_layouts engines.variants".split(),
+    *"engines.sglang.wheel.kernels engines.sglang.corrections.greedy engines.tpu_inference.wheel.adapter".split(),
+    *(f"engines.sglang.subjects.{m}" for m in "dflash_draft dp_lm_head selector eagle_verify domino_rollout".split()),
+    *(f"engines.vllm.subjects.{m}" for m in "layer models corrected gumbel dflash2_sampler xpress_argmax".split()),
+    *"engines.vllm.subjects.topk_topp_triton engines.sglang.subjects.sampling".split(),
+    *"engines.tpu_inference.subjects.sampler engines.tpu_inference.corrections.masks".split(),
+}
 SHIPPED_MODULES = frozenset(_SHIPPED | {old for old, new in MOVED.items() if new in _SHIPPED})
 
 IMPL_ENV = "TPARGMAX_IMPL"

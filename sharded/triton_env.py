@@ -1,8 +1,9 @@
 """Triton here: whether its CPU interpreter is on, whether it imports, why a Triton subject cannot run, and the one
 lock around Triton's module-wide state.
 
-Every Triton user of the project asks this module: ``sharded.triton_key``, ``engines.sglang.kernels`` (and SGLang's
-sampler), ``engines.vllm.triton_files`` (and the vLLM samplers).  Triton is optional: this module imports without it.
+Every Triton user of the project asks this module: ``sharded.triton_key``, ``engines.sglang.wheel.kernels`` (and
+SGLang's sampler), ``engines.vllm.wheel.triton_files`` (and the vLLM samplers).  Triton is optional: this module imports
+without it.
 
 :data:`TRITON_LOCK`: Triton's interpreter (``TRITON_INTERPRET=1``) patches ``triton.language`` module-wide while a
 kernel runs, and the engines' loaders change module-wide state while a file executes (vLLM's swaps

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _not_a_listed_release() -> str | None:
     from engines.versions import unlisted_vllm
-    from engines.vllm.layer import INSTALL_HINT, vllm_available
+    from engines.vllm.subjects.layer import INSTALL_HINT, vllm_available
 
     return unlisted_vllm() if vllm_available() else INSTALL_HINT
 
@@ -89,7 +89,8 @@ def clear_settings(monkeypatch) -> None:
 def fork_the_commands(monkeypatch) -> None:
     """For the test: the pytest runs that ``tpargmax fuzz`` and ``tpargmax coverage`` start are forked from the
     process that imported torch (:mod:`tests.forked_runs`), as :func:`run`'s commands are."""
-    from tpargmax import coverage, fuzz
+    from tpargmax import coverage
+    from tpargmax.fuzz import campaign as fuzz
 
     for module in (fuzz, coverage):
         monkeypatch.setattr(module, "Popen", forked_runs.popen)

@@ -1,4 +1,4 @@
-"""``--baseline``: a build judged against the listed releases' known causes (engines/vllm/baseline.py,
+"""``--baseline``: a build judged against the listed releases' known causes (engines/vllm/causes/baseline.py,
 properties/harness/baseline.py).  A known cause claims a failure by subject, property and rule; the search goes on
 past what it claims; only what is new fails the run.  Without vLLM: the project's variant ``trtllm_style`` carries
 a listed page's cause (D3), and a broken path (tests/broken_builds.py) stands for a contributor's base build and
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from engines.vllm.baseline import Baseline, answer, example_key, judged_against, releases_before, rule_class
+from engines.vllm.causes.baseline import Baseline, answer, example_key, judged_against, releases_before, rule_class
 from properties.argmax.diagnosis import NAN_NOT_MAX, TIE_HIGHER_RANK
 from properties.argmax.faults import SIGNED_ZERO
 from tests.suite import run_suite
@@ -126,7 +126,7 @@ def test_a_baseline_no_page_lists_is_a_usage_error_naming_what_there_is():
 
 def test_a_model_of_the_release_claims_what_it_fails_alike():
     """A failure of vLLM's layer that no page claims is its known causes' where the release's model keeping some of
-    them (engines/vllm/known_defects.py) fails the same example alike; the fewest are named, and an example the
+    them (engines/vllm/causes/known_defects.py) fails the same example alike; the fewest are named, and an example the
     model answers otherwise stays new."""
     from properties.failures import PropertyFailure
     from properties.harness import baseline as plugin

@@ -18,14 +18,15 @@ from pathlib import Path
 import pytest
 
 from engines.versions import VLLM_RELEASES, VLLM_VERSION, installed_vllm, vllm_page
-from engines.vllm import layer, shm
-from engines.vllm.layer import SHM_ENV, shm_unavailable
+from engines.vllm.subjects import layer
+from engines.vllm.subjects.layer import SHM_ENV, shm_unavailable
+from engines.vllm.wheel import shm
 from properties.repro import records as repro
 from tests.suite import ON_A_LISTED_RELEASE, verdicts
 from tests.test_hostile_input import one_line
 from tpargmax.cli import main as tpargmax
-from tpargmax.report_page import render
-from tpargmax.report_subjects import static_runs
+from tpargmax.report.page import render
+from tpargmax.report.subjects import static_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = {release: ROOT / f"{vllm_page(release)}.md" for release in VLLM_RELEASES}

@@ -19,11 +19,11 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
+from engines.vllm.causes.findings import FINDINGS
 from engines.vllm.e2e import checkpoints
 from engines.vllm.e2e.engine import Engine, EngineDied, EngineFailed, EngineSpec
 from engines.vllm.e2e.pool import EnginePool, group_of
 from engines.vllm.e2e.scenario import D2T_PLANS, METHODS, PLANTS, SIZES, Scenario
-from engines.vllm.findings import FINDINGS
 from properties.e2e import plugin
 from properties.strategies import planted_scenarios
 from tests.suite import ROOT, process_state, run_in_its_folder
@@ -290,7 +290,7 @@ def test_the_command_on_a_build_without_cpu_kernels_exits_2_before_any_engine(mo
     """The CUDA wheel on a CPU (0.33.0's, a contributor's Python-only build over it): its engine cannot run here."""
     import importlib.util
 
-    from engines.vllm import shm
+    from engines.vllm.wheel import shm
     from tpargmax.cli import main
 
     found = importlib.util.find_spec
@@ -417,8 +417,8 @@ def saved(tmp_path: Path, **changes) -> Path:
 
 
 def test_the_page_shows_every_engine_and_each_causes_reach(tmp_path):
-    from tpargmax.report_json import read_report
-    from tpargmax.report_page import render
+    from tpargmax.report.page import render
+    from tpargmax.report.saved import read_report
 
     page = render(read_report(saved(tmp_path, end_to_end=SECTION)))
     section = page[page.index("## End to end") :]
@@ -435,7 +435,7 @@ def test_the_page_shows_every_engine_and_each_causes_reach(tmp_path):
 
 
 def test_a_damaged_section_is_refused_in_one_line(tmp_path):
-    from tpargmax.report_json import read_report
+    from tpargmax.report.saved import read_report
 
     bad = {**SECTION, "scripts": {"V4": {"exit": "1", "output": []}}}
     with pytest.raises(ValueError, match=r"end_to_end.scripts.V4.exit must be a JSON integer"):
@@ -443,7 +443,7 @@ def test_a_damaged_section_is_refused_in_one_line(tmp_path):
 
 
 def test_an_end_to_end_section_merges_into_a_report_of_another_budget():
-    from tpargmax.report import merge
+    from tpargmax.report.command import merge
 
     base = json.loads((ROOT / "docs" / "conformance" / "vllm-0.32.0.json").read_text())
     new = {**base, "budget": {**base["budget"], "gloo_share": 0.5}, "rows": [], "end_to_end": SECTION}

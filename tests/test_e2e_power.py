@@ -16,9 +16,9 @@ from contextlib import contextmanager
 
 import pytest
 
+from engines.vllm.causes.findings import FINDINGS
 from engines.vllm.e2e.engine import EngineSpec
 from engines.vllm.e2e.pool import EnginePool, group_of
-from engines.vllm.findings import FINDINGS
 from properties import test_e2e as e2e
 from properties.failures import PropertyFailure
 from properties.harness import settings as run_settings

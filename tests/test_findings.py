@@ -14,13 +14,13 @@ import pytest
 
 from engines import sampling_page
 from engines.findings import failure_key
-from engines.sglang import findings as sglang_findings
-from engines.tpu_inference import findings as tpu_inference_findings
+from engines.sglang.causes import findings as sglang_findings
+from engines.tpu_inference.causes import findings as tpu_inference_findings
 from engines.vllm import release_0_33_0, release_0_33_0_sampling
-from engines.vllm.findings import FINDINGS, PAGE
+from engines.vllm.causes.findings import FINDINGS, PAGE
 from tests.suite import ROOT
-from tpargmax import findings_page
-from tpargmax.report_page import _failures
+from tpargmax.report import findings as findings_page
+from tpargmax.report.page import _failures
 
 PAGES = {
     PAGE: FINDINGS,
@@ -71,7 +71,7 @@ def test_every_cause_is_shown_by_a_failure_of_the_run_or_a_reproduction(page):
 
 
 def test_a_cause_shown_by_nothing_reads_not_shown():
-    from tpargmax.report_page import _failures
+    from tpargmax.report.page import _failures
 
     data = {"rows": [_row("a", "failed", "r1")]}
     findings = _findings(("a-r1",), ())
@@ -104,8 +104,8 @@ def _findings(*claims):
 
 
 def test_a_correction_is_proven_only_by_a_corrected_row_that_passes():
-    from tpargmax import findings_page
-    from tpargmax.report_page import _failures
+    from tpargmax.report import findings as findings_page
+    from tpargmax.report.page import _failures
 
     for fixed, expected in (("passed", (["F1"], [])), ("failed", ([], ["F1"]))):
         data = {"rows": [_row("a", "failed", "r1"), _row("a (corrected)", fixed, "r1", corrects="a")]}

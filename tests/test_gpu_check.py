@@ -15,8 +15,8 @@ from engines.versions import SGLANG_VERSION
 from sharded.impls import OPTIONAL, load_impl, why_unavailable
 from tests.suite import ROOT, run
 from tpargmax.gpu_check import TRAP, render, runs, trap_caught
-from tpargmax.report_runs import run_pytest
-from tpargmax.report_subjects import Run, Subject
+from tpargmax.report.runs import run_pytest
+from tpargmax.report.subjects import Run, Subject
 
 
 def _row(name: str, kind: str, where: str, cells: dict, **more) -> dict:
@@ -180,8 +180,8 @@ def test_sglang_files_pack_small_for_a_gpu_machine(tmp_path, monkeypatch):
     subjects then find as they find an installed wheel's; anything else is refused, naming what is wrong."""
     import zipfile
 
-    from engines.sglang import kernels
-    from engines.sglang.sampling_wheel import FILES, pack
+    from engines.sglang.wheel import kernels
+    from engines.sglang.wheel.runtime import FILES, pack
 
     info = f"sglang-{SGLANG_VERSION}.dist-info/"
     wanted = {**kernels.KERNEL_FILES, **FILES}

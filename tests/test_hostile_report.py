@@ -14,7 +14,7 @@ import pytest
 from engines.versions import VLLM_PAGE, VLLM_VERSION
 from tests.test_hostile_input import one_line
 from tpargmax.cli import main as tpargmax
-from tpargmax.report_json import FINDINGS
+from tpargmax.report.saved import FINDINGS
 
 SAVED = Path(__file__).resolve().parent.parent / f"{VLLM_PAGE}.json"
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tpargmax import install_vllm as iv
+from tpargmax.install import vllm as iv
 
 
 def test_the_default_release_installs_into_this_venv_as_before():
@@ -25,8 +25,8 @@ def test_0_33_0_goes_into_its_own_venv_beside_torch_2_13_and_runs_on_the_cpu(tmp
     # the CPU torch first: the wheel goes in without dependencies, and no later step asks for another torch
     assert steps[1][2:] == ["pip", "install", "torch==2.13.0", "-e", str(tmp_path)]
     assert steps[2][2:] == ["pip", "install", "--no-deps", "vllm==0.33.0"]
-    assert steps[3][1:] == ["-m", "tpargmax.install_vllm", "requirements", "0.33.0"]
-    assert steps[5][1:] == ["-m", "tpargmax.install_vllm", "target-device"]
+    assert steps[3][1:] == ["-m", "tpargmax.install.vllm", "requirements", "0.33.0"]
+    assert steps[5][1:] == ["-m", "tpargmax.install.vllm", "target-device"]
     assert "VLLM_TARGET_DEVICE', 'cpu'" in iv.TARGET_DEVICE
 
 
@@ -91,11 +91,11 @@ def test_a_checkout_is_named_as_setuptools_scm_names_it_and_goes_over_its_releas
     python = str(tmp_path / ".venv-vllm-src" / "bin" / "python")
     assert planned[0] == [sys.executable, "-m", "venv", str(tmp_path / ".venv-vllm-src")]
     assert [python, "-m", "pip", "install", "--no-deps", "vllm==0.33.0"] in planned
-    assert planned[-2] == [python, "-m", "tpargmax.install_vllm", "overlay", str(checkout.resolve()), version]
+    assert planned[-2] == [python, "-m", "tpargmax.install.vllm", "overlay", str(checkout.resolve()), version]
     (tmp_path / ".venv-vllm-src" / "vllm-0.33.0").parent.mkdir()
     (tmp_path / ".venv-vllm-src" / "vllm-0.33.0").touch()  # the release is in: a second run only copies
     assert [step[1:3] for step in iv.steps_from(checkout, tmp_path)] == [
-        ["-m", "tpargmax.install_vllm"],
+        ["-m", "tpargmax.install.vllm"],
         ["-c", iv.IMPORTS],
     ]
     assert (

@@ -1,5 +1,5 @@
 """The model of vLLM's local path that ``--baseline`` checks a build's failures against
-(engines/vllm/known_defects.py): with every known defect in place it answers as vLLM 0.32.0 itself did on the
+(engines/vllm/causes/known_defects.py): with every known defect in place it answers as vLLM 0.32.0 itself did on the
 cases its page recorded, with each corrected it departs where that cause does, and with none it is the path of
 the corrections but for vLLM's merge in rank order.  Without vLLM: the page's recorded answers are the evidence."""
 
@@ -10,7 +10,7 @@ import json
 import pytest
 
 from engines.versions import vllm_page
-from engines.vllm import known_defects
+from engines.vllm.causes import known_defects
 from properties.argmax.checks import check_token_exact
 from properties.argmax.diagnosis import TIE_BY_RANK
 from properties.cases.text import parse_case
@@ -24,7 +24,7 @@ V1_CASE = "Case(batch=4, hidden=5, vocab=1010, tp=2, added=16, seed=9, ties=('ad
 
 def rule_on(defects: str, case: str) -> str | None:
     """The rule the model keeping ``defects`` breaks in token-exact equality on ``case``, or None."""
-    impl = load_impl(f"engines.vllm.known_defects:{defects}")
+    impl = load_impl(f"engines.vllm.causes.known_defects:{defects}")
     try:
         check_token_exact(impl, prepare(parse_case(case), "sim"))
     except PropertyFailure as exc:

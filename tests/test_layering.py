@@ -2,10 +2,10 @@
 
 From the bottom: ``reference`` (the oracle) imports nothing of the project; ``sharded`` (the local path) only
 ``reference``; ``groups`` (where ranks run) only those two; ``engines`` (other people's code under test) never
-``groups``, ``properties`` or ``tpargmax``; ``benchmarks`` (what each path moves and costs) only the floors
-below ``engines``; ``properties`` never ``benchmarks`` or ``tpargmax``, and inside it each wing (``WINGS``)
-only its own floor and those below.  Imports are read with ``ast``
-(every static import, also inside functions); ``importlib.import_module`` strings, such as ``sharded.impls``' lazily
+``groups``, ``properties`` or ``tpargmax``, and inside an engine each wing (``ENGINE_WINGS``) only its own floor
+and those below; ``benchmarks`` (what each path moves and costs) only the floors below ``engines``; ``properties``
+never ``benchmarks`` or ``tpargmax``, and inside it each wing (``WINGS``) only its own floor and those below.
+Imports are read with ``ast`` (every static import, also inside functions); ``importlib.import_module`` strings, such as ``sharded.impls``' lazily
 named engine built-ins, are not followed.
 
 Where modules live may change, what was recorded may not: every ``MODULE:ATTR`` that committed repro files and
@@ -51,6 +51,20 @@ WINGS = (
     ("properties.e2e",),
     ("properties.repro",),
 )
+
+
+# every engine's wings, from the bottom: loading its installed code (``wheel``); what runs under test and the
+# corrections beside it (``subjects``, ``corrections``); what its pages say, the causes and their scripts (``causes``);
+# its releases as data (``releases``); its whole engine end to end (``e2e``).  A wing imports no engine's wing above.
+ENGINE_WINGS = (("wheel",), ("subjects", "corrections"), ("causes",), ("releases",), ("e2e",))
+
+
+def engine_floor(name: str) -> int | None:
+    """The floor of a module in an engine's wing (``engines.vllm.causes.findings``: causes), or None outside them."""
+    parts = name.split(".")
+    if parts[0] == "engines" and len(parts) > 2:
+        return next((floor for floor, wings in enumerate(ENGINE_WINGS) if parts[2] in wings), None)
+    return None
 
 
 def wing_floor(name: str) -> int:
@@ -120,6 +134,7 @@ def layering_violations(root: Path = ROOT) -> list[str]:
                 and target.startswith("properties.")
                 and wing_floor(target) > wing_floor(name)
             )
+            or None is not engine_floor(name) < (engine_floor(target) or -1)
         ]
     return sorted(out)
 
@@ -220,6 +235,10 @@ def test_the_checks_see_a_bad_import(tmp_path):
         "from ..vllm import models\nimport properties.argmax.checks\n"
     )
     (tmp_path / "engines" / "vllm" / "models.py").write_text("from . import layer\n")
+    for wing in ("subjects", "causes"):
+        (tmp_path / "engines" / "vllm" / wing).mkdir()
+    (tmp_path / "engines" / "vllm" / "subjects" / "topk.py").write_text("from engines.vllm.causes import findings\n")
+    (tmp_path / "engines" / "vllm" / "causes" / "findings.py").write_text("from engines.vllm.wheel import build\n")
     (tmp_path / "properties" / "checks.py").write_text("from tpargmax.cli import main\n")
     for wing in ("argmax", "cases", "sampling"):
         (tmp_path / "properties" / wing).mkdir()
@@ -230,6 +249,7 @@ def test_the_checks_see_a_bad_import(tmp_path):
     (tmp_path / "properties" / "strategies.py").write_text("from properties.sampling.faults import x\n")
     assert layering_violations(tmp_path) == [
         "engines/vllm/layer.py:2: imports properties.argmax.checks",
+        "engines/vllm/subjects/topk.py:1: imports engines.vllm.causes.findings",
         "properties/argmax/checks.py:1: imports properties.sampling.faults",
         "properties/cases/case.py:1: imports properties.strategies",
         "properties/checks.py:1: imports tpargmax.cli",
@@ -286,7 +306,7 @@ def test_every_recorded_name_still_names_a_module_and_what_it_defines():
     for module, attr in sorted(specs):
         home = MOVED.get(module, module)
         names = defined(parsed(found[home])) if home in found else set()
-        if attr not in names and "__getattr__" not in names:  # engines.vllm.models names its subjects that way
+        if attr not in names and "__getattr__" not in names:  # engines.vllm.subjects.models names its subjects that way
             lost.append(f"{module}:{attr}" + (f" (now {home})" if home != module else ""))
     assert lost == [], "recorded names that no longer load: " + ", ".join(lost)
 

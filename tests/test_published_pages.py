@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from engines.sglang import findings as sglang_findings
-from engines.tpu_inference import findings as tpu_inference_findings
+from engines.sglang.causes import findings as sglang_findings
+from engines.tpu_inference.causes import findings as tpu_inference_findings
 from properties.repro import records as repro
 from tests.published import Published
 from tests.suite import ROOT
-from tpargmax.report_page import render
-from tpargmax.report_sglang import sglang_runs
-from tpargmax.report_subjects import tpu_inference_runs
+from tpargmax.report.page import render
+from tpargmax.report.sglang import sglang_runs
+from tpargmax.report.subjects import tpu_inference_runs
 
 PAGES = {  # page -> (its runs, its findings)
     tpu_inference_findings.PAGE: (tpu_inference_runs, tpu_inference_findings),

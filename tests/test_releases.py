@@ -1,5 +1,5 @@
 """More than one vLLM release: which one a page is for, which classes it offers, and what became of the previous
-release's causes (``tpargmax.release_changes``), without vLLM installed."""
+release's causes (``tpargmax.report.changes``), without vLLM installed."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ import pytest
 from engines import versions
 from engines.findings import INHERITED, Cause, Findings, Patch, Reason, applied
 from engines.versions import VLLM_FINDINGS
-from engines.vllm import models, release_0_33_0
-from engines.vllm.build import shipped
-from engines.vllm.findings import FINDINGS
-from tpargmax import release_changes, report
-from tpargmax.report_subjects import SAMPLING_VLLM_FINDINGS
+from engines.vllm import release_0_33_0
+from engines.vllm.causes.findings import FINDINGS
+from engines.vllm.subjects import models
+from engines.vllm.wheel.build import shipped
+from tpargmax.report import changes as release_changes
+from tpargmax.report import command as report
+from tpargmax.report.subjects import SAMPLING_VLLM_FINDINGS
 
 
 class Base:
@@ -170,7 +172,7 @@ def test_the_section_opens_with_every_previous_cause_and_names_what_is_new():
 
 
 def test_a_release_whose_engine_cannot_run_says_so_where_the_end_to_end_section_would_be():
-    from tpargmax import report_e2e
+    from tpargmax.report import e2e as report_e2e
 
     text = "\n".join(report_e2e.section({}, release_0_33_0.FINDINGS))
     assert (
@@ -204,7 +206,7 @@ def test_a_pages_release_is_its_findings_last_word_or_the_default():
     with the default release names none."""
     from engines import sampling_page
     from engines.vllm import release_0_33_0, release_0_33_0_sampling
-    from tpargmax.release_changes import previous_of, release_of
+    from tpargmax.report.changes import previous_of, release_of
 
     assert release_of(release_0_33_0.FINDINGS) == release_of(release_0_33_0_sampling.FINDINGS) == "0.33.0"
     assert release_of(sampling_page.FINDINGS) == versions.VLLM_VERSION
@@ -215,8 +217,8 @@ def test_a_build_s_page_says_what_became_of_each_cause_and_what_is_new(tmp_path)
     """The page of a build no page lists, from its JSON alone: each of 0.33.0's causes met, fixed (its reproduction
     exits 0, no failure is its) or still failing; a cell that failed only for known causes reads known; what no
     cause claims is new."""
-    from tpargmax.report_json import read_report
-    from tpargmax.report_page import render
+    from tpargmax.report.page import render
+    from tpargmax.report.saved import read_report
 
     known = {"cause": "modelled: V1+V4", "rule": "chose a non-maximal logit", "count": 3, "replay": "python -m ..."}
     new = {"rule": "tie across ranks resolved to the higher rank", "case": "Case(batch=1, hidden=2, vocab=4, tp=2)"}

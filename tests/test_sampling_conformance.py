@@ -17,15 +17,16 @@ import pytest
 import torch
 
 from engines import sampling_page
-from engines.sglang import sampling as sglang_sampling
+from engines.sglang.subjects import sampling as sglang_sampling
 from engines.versions import SGLANG_VERSION, VLLM_RELEASES, VLLM_VERSION, vllm_release
 from engines.versions import sampling_page as sampling_page_of
-from engines.vllm import triton_files
+from engines.vllm.wheel import triton_files
 from properties.repro import records as repro
 from tests.suite import ROOT, run_script
-from tpargmax import findings_page, report_subjects
-from tpargmax.report_page import render
-from tpargmax.report_subjects import SAMPLING_VLLM_FINDINGS, sampling_runs
+from tpargmax.report import findings as findings_page
+from tpargmax.report import subjects as report_subjects
+from tpargmax.report.page import render
+from tpargmax.report.subjects import SAMPLING_VLLM_FINDINGS, sampling_runs
 
 # each vLLM release's samplers' page: the default release's, and a later one's, whose rows are vLLM's and the built-ins
 PAGES = {release: ROOT / f"{sampling_page_of(release)}.md" for release in VLLM_RELEASES}

@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from engines.sglang import kernels as sglang
-from engines.sglang.kernels import HEAD, SOFT_CAP, sglang_classic, sglang_deferred_argmax
+from engines.sglang.wheel import kernels as sglang
+from engines.sglang.wheel.kernels import HEAD, SOFT_CAP, sglang_classic, sglang_deferred_argmax
 from engines.versions import SGLANG_VERSION
 from sharded.layout import vocab_parallel_layout
 
@@ -46,7 +46,7 @@ def test_refuses_heads_sglang_never_defers(name: str) -> None:
 
 
 def test_install_steps_pin_the_wheel_without_dependencies() -> None:
-    from tpargmax.install_sglang import steps
+    from tpargmax.install.sglang import steps
 
     install, check = steps()
     assert install[-4:] == ["pip", "install", "--no-deps", f"sglang=={SGLANG_VERSION}"] and check[0] == sys.executable

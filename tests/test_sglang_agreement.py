@@ -1,6 +1,6 @@
-"""SGLang 0.5.23's paths judged for agreement alone: DFlash2's selector walk (engines/sglang/selector.py, the wheel
-alone) and EAGLE's greedy verify (engines/sglang/eagle_verify.py, the wheel and Triton: its tree walk is a Triton
-kernel, under the interpreter on a CPU).
+"""SGLang 0.5.23's paths judged for agreement alone: DFlash2's selector walk (engines/sglang/subjects/selector.py, the
+wheel alone) and EAGLE's greedy verify (engines/sglang/subjects/eagle_verify.py, the wheel and Triton: its tree walk is
+a Triton kernel, under the interpreter on a CPU).
 
 Without what they need these tests skip with the install command as the reason.  What the suite finds is asserted
 as it was measured (docs/conformance/sglang-0.5.23.md, S6 and S8).
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from engines.sglang import domino_rollout, eagle_verify, selector
-from engines.sglang.selector import JUDGED_WHY
+from engines.sglang.subjects import domino_rollout, eagle_verify, selector
+from engines.sglang.subjects.selector import JUDGED_WHY
 from properties import test_layouts as lay
 from properties.argmax.checks import run_checked
 from properties.failures import PropertyFailure
@@ -23,9 +23,9 @@ REASON = selector.why_unavailable()
 needs_wheel = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 VERIFY_REASON = eagle_verify.why_unavailable()
 needs_triton = pytest.mark.skipif(VERIFY_REASON is not None, reason=VERIFY_REASON or "")
-VERIFY = "engines.sglang.eagle_verify:sglang_eagle_verify_greedy"
-WALK = "engines.sglang.selector:sglang_dflash2_selector_walk"
-SECOND = "engines.sglang.domino_rollout:sglang_domino_second_token"
+VERIFY = "engines.sglang.subjects.eagle_verify:sglang_eagle_verify_greedy"
+WALK = "engines.sglang.subjects.selector:sglang_dflash2_selector_walk"
+SECOND = "engines.sglang.subjects.domino_rollout:sglang_domino_second_token"
 
 
 def _agree(name: str, case) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from engines.sglang import dflash_draft
-from engines.sglang import findings as sglang_findings
+from engines.sglang.causes import findings as sglang_findings
+from engines.sglang.subjects import dflash_draft
 from tests.published import Published, assert_still_failing
 from tests.suite import ROOT, run_script
 

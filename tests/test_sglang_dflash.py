@@ -1,4 +1,5 @@
-"""SGLang 0.5.23's DFlash draft samplers as argmax subjects (engines/sglang/dflash_draft.py), run from the wheel.
+"""SGLang 0.5.23's DFlash draft samplers as argmax subjects (engines/sglang/subjects/dflash_draft.py), run from the
+wheel.
 
 They need the sglang wheel alone (``tpargmax install-sglang``): torch runs them, on any group.  Without it these tests
 skip with the install command as the reason, and the built-in names refuse with it.  What the suite finds is
@@ -9,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from engines.sglang import dflash_draft as dflash
-from engines.sglang import kernels as sglang
+from engines.sglang.subjects import dflash_draft as dflash
+from engines.sglang.wheel import kernels as sglang
 from properties import test_equivalence as eq
 from properties import test_layouts as lay
 from properties.argmax import diagnosis

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's DP-attention LM head gather (engines/sglang/dp_lm_head.py), run from the wheel.
+"""SGLang 0.5.23's DP-attention LM head gather (engines/sglang/subjects/dp_lm_head.py), run from the wheel.
 
 It needs the sglang wheel alone (``tpargmax install-sglang``); without it these tests skip with the install command
 as the reason.  What the suite finds is asserted as it was measured (docs/conformance/sglang-0.5.23.md, S5).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from engines.sglang import dp_lm_head
+from engines.sglang.subjects import dp_lm_head
 from properties.argmax.checks import check_token_exact
 from properties.cases.case import Case
 from properties.failures import PropertyFailure
@@ -18,7 +18,7 @@ from sharded.impls import load_impl
 
 REASON = dp_lm_head.why_unavailable()
 needs_wheel = pytest.mark.skipif(REASON is not None, reason=REASON or "")
-SUBJECT = "engines.sglang.dp_lm_head:sglang_dp_lm_head_argmax"
+SUBJECT = "engines.sglang.subjects.dp_lm_head:sglang_dp_lm_head_argmax"
 CORRECTED = f"{SUBJECT}_corrected"
 
 

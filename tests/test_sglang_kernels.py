@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engines.sglang import kernels as sglang
-from engines.sglang.kernels import HEAD, sglang_classic, sglang_deferred_argmax, why_unavailable
+from engines.sglang.wheel import kernels as sglang
+from engines.sglang.wheel.kernels import HEAD, sglang_classic, sglang_deferred_argmax, why_unavailable
 
 REASON = why_unavailable()
 if REASON:
@@ -59,7 +59,7 @@ def _inputs(fields: dict, backend: str = "sim"):
 def _impl(name: str):
     from sharded.impls import Impl
 
-    return Impl(f"engines.sglang.kernels:{name}", SUBJECTS[name])
+    return Impl(f"engines.sglang.wheel.kernels:{name}", SUBJECTS[name])
 
 
 def test_kernels_are_the_wheels_files() -> None:

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's candidate top-k and seeded sampler as sampling subjects (engines/sglang/sampling.py).
+"""SGLang 0.5.23's candidate top-k and seeded sampler as sampling subjects (engines/sglang/subjects/sampling.py).
 
 The subjects need the opt-in environment (the sglang wheel, Triton, and CUDA or TRITON_INTERPRET=1); without it
 these tests skip, with the install command as the reason.
@@ -11,8 +11,8 @@ import math
 import pytest
 import torch
 
-from engines.sglang import kernels as sglang
-from engines.sglang import sampling as ss
+from engines.sglang.subjects import sampling as ss
+from engines.sglang.wheel import kernels as sglang
 from reference.sampling import SamplingParams, classic_sample
 from tests.suite import sample_on_logits
 

@@ -13,13 +13,13 @@ import sys
 import pytest
 
 from engines.versions import VLLM_VERSION, installed_vllm
-from engines.vllm import shm
-from engines.vllm import standalone as templates
-from engines.vllm.discovery import vllm_root
-from engines.vllm.standalone_catalog import SCRIPTS, Script
+from engines.vllm.causes import scripts as templates
+from engines.vllm.causes.script_catalog import SCRIPTS, Script
+from engines.vllm.wheel import shm
+from engines.vllm.wheel.discovery import vllm_root
 from tests.suite import ON_A_LISTED_RELEASE, run_in_its_folder
 from tests.test_layering import PROJECT
-from tpargmax import standalone
+from tpargmax.report import scripts as standalone
 
 ALLOWED = {"os", "sys", "tempfile", "traceback", "datetime", "importlib", "platform", "mmap", "pathlib"}  # may import
 ALLOWED |= {"torch", "vllm"}
@@ -66,7 +66,7 @@ def test_one_script_per_cause_from_a_failure_it_claims() -> None:
 
 
 def test_committed_scripts_are_what_the_generator_writes(tmp_path) -> None:
-    assert standalone.stale() == [], "run `python -m tpargmax.standalone` and commit what it writes"
+    assert standalone.stale() == [], "run `python -m tpargmax.report.scripts` and commit what it writes"
     written = standalone.write(tmp_path)
     for path in written:
         committed = standalone.path_of(next(s for s in SCRIPTS if f"{s.stem}.py" == path.name))
@@ -103,7 +103,7 @@ def test_numbers_read_back_exactly() -> None:
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.stem)
 def test_script_checks_what_it_needs_before_it_judges(script: Script) -> None:
     """Every script says what exit 2 means and checks before it starts its ranks; the shared-memory one carries
-    ``engines.vllm.shm``'s two functions word for word (the one place that knows the precondition), asks before
+    ``engines.vllm.wheel.shm``'s two functions word for word (the one place that knows the precondition), asks before
     the start and asks again in the ranks, after vLLM's answer."""
     text = standalone.render(script)
     doc = " ".join(ast.get_docstring(ast.parse(text)).split())

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tpargmax import cli, stats, throughput_compare
-from tpargmax.throughput import command, per_property, property_files, render
-from tpargmax.throughput_compare import Commit, Run, compare, parse_output, readme_commands, table
+from tpargmax import cli
+from tpargmax.fuzz import stats
+from tpargmax.throughput import compare as throughput_compare
+from tpargmax.throughput.compare import Commit, Run, compare, parse_output, readme_commands, table
+from tpargmax.throughput.examples import command, per_property, property_files, render
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -164,7 +166,7 @@ def test_under_load_takes_the_shared_reader_and_no_torch():
         "import importlib.util, sys; "
         f"spec = importlib.util.spec_from_file_location('under_load', {str(ROOT / 'scripts' / 'under_load.py')!r}); "
         "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module); "
-        "import tpargmax.throughput_compare as shared; "
+        "import tpargmax.throughput.compare as shared; "
         "assert module.readme_commands is shared.readme_commands; "
         "assert 'torch' not in sys.modules and 'hypothesis' not in sys.modules, 'imported torch or hypothesis'; "
         "print(module.readme_commands(shared.ROOT)[0])"

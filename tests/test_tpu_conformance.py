@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from engines.tpu_inference import adapter as tpu_inference
-from engines.tpu_inference import findings as tpu_inference_findings
+from engines.tpu_inference.causes import findings as tpu_inference_findings
+from engines.tpu_inference.wheel import adapter as tpu_inference
 from tests.published import Published, assert_still_failing
 from tests.suite import ROOT, run_script
 

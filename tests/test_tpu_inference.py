@@ -1,4 +1,4 @@
-"""tpu-inference 0.32.0's sampler on a simulated JAX mesh (engines/tpu_inference/adapter.py and sampler.py).
+"""tpu-inference 0.32.0's sampler on a simulated JAX mesh (engines/tpu_inference/wheel/adapter.py and sampler.py).
 
 The subjects need the opt-in environment (``tpargmax install-tpu-inference``: jax, NumPy and the wheel); the
 default one has neither JAX nor NumPy, and there these tests skip with that command as the reason.
@@ -13,8 +13,8 @@ import sys
 import pytest
 import torch
 
-from engines.tpu_inference import adapter as tpu
-from engines.tpu_inference import sampler as subjects
+from engines.tpu_inference.subjects import sampler as subjects
+from engines.tpu_inference.wheel import adapter as tpu
 from reference.sampling import SamplingParams, classic_sample
 from sharded.impls import Impl, shipped
 from tests.suite import run, sample_on_logits
@@ -40,7 +40,7 @@ def test_without_jax_the_subjects_skip_with_the_install_command_and_nothing_is_i
     """Importing the adapter imports no jax (nor NumPy: torch imports it where it is installed, the default venv has
     none); where jax is absent the reason names the command.  The import runs in a process of its own, forked from
     one that imported torch alone (tests.forked_runs): the project's modules, the adapter's included, import fresh."""
-    code = "import sys, engines.tpu_inference.sampler; print('jax' in sys.modules, 'numpy' in sys.modules)"
+    code = "import sys, engines.tpu_inference.subjects.sampler; print('jax' in sys.modules, 'numpy' in sys.modules)"
     out = run([sys.executable, "-c", code])
     numpy = importlib.util.find_spec("numpy") is not None
     assert out.stdout.split() == ["False", str(numpy)], out.stdout + out.stderr
@@ -48,7 +48,7 @@ def test_without_jax_the_subjects_skip_with_the_install_command_and_nothing_is_i
         assert REASON is not None and REASON.endswith(tpu.INSTALL)
     for fn in SUBJECTS:
         assert Impl(fn.__name__, fn).why_unavailable() == REASON
-        assert shipped(f"engines.tpu_inference.sampler:{fn.__name__}")
+        assert shipped(f"engines.tpu_inference.subjects.sampler:{fn.__name__}")
         assert shipped(f"engines.tpu_inference_sampler:{fn.__name__}")  # the name committed repro files record
 
 

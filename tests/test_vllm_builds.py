@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from engines import versions
-from engines.vllm import shm
-from engines.vllm.build import shipped
+from engines.vllm.wheel import shm
+from engines.vllm.wheel.build import shipped
 
 
 def test_a_dev_build_compares_as_pep_440_says():

@@ -1,7 +1,8 @@
-"""vLLM's DFlash2 candidate sampler (0.32.0 and 0.33.0) as a sampling subject (engines/vllm/dflash2_sampler.py).
+"""vLLM's DFlash2 candidate sampler (0.32.0 and 0.33.0) as a sampling subject
+(engines/vllm/subjects/dflash2_sampler.py).
 
 The subject needs an opt-in environment (vLLM, Triton and NumPy, and CUDA or TRITON_INTERPRET=1);
-without it these tests skip with ``engines.vllm.triton_files.INSTALL_HINT`` (or the device hint) as the reason.
+without it these tests skip with ``engines.vllm.wheel.triton_files.INSTALL_HINT`` (or the device hint) as the reason.
 The first test runs everywhere.
 """
 
@@ -10,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engines.vllm import dflash2_sampler as ds
-from engines.vllm.triton_files import INSTALL_HINT
+from engines.vllm.subjects import dflash2_sampler as ds
+from engines.vllm.wheel.triton_files import INSTALL_HINT
 
 REASON = ds.why_unavailable()
 needs_vllm = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -44,8 +45,8 @@ def test_walk_draws_argmax_of_unary_over_t_plus_the_declared_noise(steps):
     a greedy row (temperature 0) takes the plain maximum; the processed log-prob is log_softmax(unary / T), from
     the rejection sampler's statistics laid out as the release lays out a request (all-bonus rows would leave
     them unset).  At the second step the noise is the release's: from 0.33.0 on, another seed (``spec_step_seed``)."""
-    from engines.vllm.gumbel import vllm_noise
-    from engines.vllm.triton_files import GUMBEL, load
+    from engines.vllm.subjects.gumbel import vllm_noise
+    from engines.vllm.wheel.triton_files import GUMBEL, load
     from reference.sampling import SamplingParams
 
     torch.manual_seed(0)
@@ -97,7 +98,7 @@ def test_on_gloo_small_k_matches_the_classic_sampler_and_k_off_raises():
     from properties.cases.plans import SamplePlan
     from properties.sampling.checks import oracle_sample
 
-    spec = "engines.vllm.dflash2_sampler:vllm_dflash2_sampler"
+    spec = "engines.vllm.subjects.dflash2_sampler:vllm_dflash2_sampler"
     case = Case(batch=6, hidden=4, vocab=40, tp=2, seed=3, weights="normal")
     inputs, params, out = _gloo_run(spec, case, SamplePlan(temperature="mixed", top_k="small", seed=1))
     want = oracle_sample(inputs, params, ds.vllm_dflash2_sampler.noise)

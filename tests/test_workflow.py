@@ -14,7 +14,7 @@ import yaml
 
 from tests.suite import ROOT
 from tpargmax.cli import build_parser
-from tpargmax.throughput_compare import readme_commands
+from tpargmax.throughput.compare import readme_commands
 
 WORKFLOW = yaml.safe_load((ROOT / ".github" / "workflows" / "nightly.yml").read_text(encoding="utf-8"))
 TRIGGERS = WORKFLOW[True]  # YAML 1.1, which PyYAML reads, takes the bare key `on` for the boolean true

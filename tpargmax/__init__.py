@@ -6,6 +6,6 @@ It is the top floor: it may import every other package, and none of them imports
 import sys
 from pathlib import Path
 
-_CHECKOUT = str(Path(__file__).resolve().parent.parent)
-if _CHECKOUT not in sys.path:
-    sys.path.append(_CHECKOUT)
+ROOT = Path(__file__).resolve().parent.parent  # the checkout
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))

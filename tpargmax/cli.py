@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="target vocabulary size (default: config.json's vocab_size, else t2d's length)",
     )
     check.add_argument("--json", action="store_true", help="print one JSON object")
-    check.set_defaults(run=lambda args: _lazy("tpargmax.check_d2t", "check_d2t")(args))
+    check.set_defaults(run=lambda args: _lazy("tpargmax.d2t.check", "check_d2t")(args))
 
     rep = commands.add_parser(
         "repro", help="replay repro files (or directories of them): exit 0 fixed, 1 still failing, 2 unreadable"
@@ -63,12 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--backend", choices=("sim", "gloo"), help="replay on this backend instead of the recorded one")
     rep.add_argument("--device", choices=("cpu", "cuda"), help="replay on this device instead of the recorded one")
     rep.add_argument("--collective-timeout", type=float, default=10.0, help="seconds (default %(default)s)")
-    rep.set_defaults(run=lambda args: _lazy("tpargmax.repro", "replay")(args))
+    rep.set_defaults(run=lambda args: _lazy("tpargmax.repro.replay", "replay")(args))
 
     pro = commands.add_parser("promote", help="write a patch that pins a repro file's case as an @example")
     pro.add_argument("file", help="a repro .json file")
     pro.add_argument("--out", default=".hypothesis/patches", help="where the patch goes (default %(default)s)")
-    pro.set_defaults(run=lambda args: _lazy("tpargmax.promote", "promote")(args))
+    pro.set_defaults(run=lambda args: _lazy("tpargmax.repro.promote", "promote")(args))
 
     fuzz = commands.add_parser("fuzz", help="run the property suite under the nightly profile within a budget")
     fuzz.add_argument("--minutes", type=float, help="time budget")
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument(
         "--db", help="example database: a directory, or redis://HOST:PORT/N shared by a fleet (default $TPARGMAX_DB)"
     )
-    fuzz.set_defaults(run=lambda args: _lazy("tpargmax.fuzz", "fuzz")(args))
+    fuzz.set_defaults(run=lambda args: _lazy("tpargmax.fuzz.campaign", "fuzz")(args))
 
     summary = commands.add_parser(
         "fuzz-summary", help="merge fuzz workers' logs and repro files into one summary (Markdown)"
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("dirs", nargs="+", help="each worker's results: fuzz-log*.jsonl and repro files, any depth")
     summary.add_argument("--repro-out", help="copy every distinct repro file here")
     summary.add_argument("--out", help="write the summary here (default: print)")
-    summary.set_defaults(run=lambda args: _lazy("tpargmax.fuzz_summary", "main")(args))
+    summary.set_defaults(run=lambda args: _lazy("tpargmax.fuzz.summary", "main")(args))
 
     vllm = commands.add_parser(
         "install-vllm", help=f"install vLLM {VLLM_VERSION} (CPU) into this venv, or any other release into its own"
@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     vllm.add_argument(
         "--version",
         default=VLLM_VERSION,
-        type=lambda v: _lazy("tpargmax.install_vllm", "check_version")(v),
+        type=lambda v: _lazy("tpargmax.install.vllm", "check_version")(v),
         help=f"the release (default {VLLM_VERSION}, into this venv; any other the registry serves into "
         ".venv-vllm-VERSION)",
     )
@@ -127,14 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="a vLLM checkout, Python only, over the wheel of the release it was tagged from, into .venv-vllm-src",
     )
-    vllm.set_defaults(run=lambda args: _lazy("tpargmax.install_vllm", "install_vllm")(args))
+    vllm.set_defaults(run=lambda args: _lazy("tpargmax.install.vllm", "install_vllm")(args))
 
     sglang = commands.add_parser(
         "install-sglang",
         help=f"install SGLang {SGLANG_VERSION}'s wheel without dependencies, for its GPU kernels under test",
     )
     sglang.add_argument("--dry-run", action="store_true", help="print the commands without running them")
-    sglang.set_defaults(run=lambda args: _lazy("tpargmax.install_sglang", "install_sglang")(args))
+    sglang.set_defaults(run=lambda args: _lazy("tpargmax.install.sglang", "install_sglang")(args))
 
     samplers = commands.add_parser(
         "install-samplers",
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         "samplers under test",
     )
     samplers.add_argument("--dry-run", action="store_true", help="print the commands without running them")
-    samplers.set_defaults(run=lambda args: _lazy("tpargmax.install_samplers", "install_samplers")(args))
+    samplers.set_defaults(run=lambda args: _lazy("tpargmax.install.samplers", "install_samplers")(args))
 
     tpu = commands.add_parser(
         "install-tpu-inference",
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         "sampler under test",
     )
     tpu.add_argument("--dry-run", action="store_true", help="print the commands without running them")
-    tpu.set_defaults(run=lambda args: _lazy("tpargmax.install_tpu_inference", "install_tpu_inference")(args))
+    tpu.set_defaults(run=lambda args: _lazy("tpargmax.install.tpu_inference", "install_tpu_inference")(args))
 
     e2e = commands.add_parser(
         "e2e",
@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"{VLLM_VERSION} without one, or repro/sampling)",
     )
     rpt.add_argument("--row-timeout", type=float, default=900.0, help="seconds one row may take (default %(default)s)")
-    rpt.set_defaults(run=lambda args: _lazy("tpargmax.report", "report")(args))
+    rpt.set_defaults(run=lambda args: _lazy("tpargmax.report.command", "report")(args))
 
     speed = commands.add_parser(
         "throughput",
@@ -224,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     speed.add_argument("--runs", type=_positive, default=1, help="with --compare: runs of each (default %(default)s)")
     speed.add_argument("--repo", help="with --compare: the repository to clone (default: this checkout)")
-    speed.set_defaults(run=lambda args: _lazy("tpargmax.throughput", "throughput")(args))
+    speed.set_defaults(run=lambda args: _lazy("tpargmax.throughput.examples", "throughput")(args))
 
     cov = commands.add_parser("coverage", help="which pairs of case features the ci run's properties draw and check")
     cov.add_argument("--min", type=_positive, default=20, help="examples each valid pair needs (default %(default)s)")

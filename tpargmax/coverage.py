@@ -14,11 +14,10 @@ import os
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 from properties.harness.coverage import COVERAGE_ENV, count_pairs, read, valid_pairs
+from tpargmax import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 Popen = subprocess.Popen  # what starts the pytest run; the project's tests fork it (tests/forked_runs.py)
 
 

@@ -15,12 +15,10 @@ import argparse
 import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 from engines.versions import installed_vllm, vllm_repro
 from properties.harness.profiles import E2E_SHARE
-
-ROOT = Path(__file__).resolve().parent.parent
+from tpargmax import ROOT
 
 
 def command(args: argparse.Namespace) -> list[str]:
@@ -39,7 +37,7 @@ def e2e(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("vllm") is None:
         print("tpargmax e2e: needs vLLM in this environment: tpargmax install-vllm", file=sys.stderr)
         return 2
-    from engines.vllm.shm import cpu_kernels_missing
+    from engines.vllm.wheel.shm import cpu_kernels_missing
 
     if (why := cpu_kernels_missing()) is not None:  # its engine runs its model on vLLM's CPU kernels
         print(f"tpargmax e2e: vLLM's engine cannot run here: {why}", file=sys.stderr)

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from engines.versions import SGLANG_VERSION, VLLM_VERSION
-from tpargmax.report import ROOT, cells, run_once
-from tpargmax.report_page import LABELS, _failures, _table
-from tpargmax.report_subjects import Run, Subject, sampling_runs
+from tpargmax.report.command import ROOT, cells, run_once
+from tpargmax.report.page import LABELS, _failures, _table
+from tpargmax.report.subjects import Run, Subject, sampling_runs
 
 TRAP = "tests.broken:tf32_matmul"
 EXAMPLES = 60  # --max-examples per property: the whole record within 8 minutes on one H200
@@ -172,7 +172,7 @@ def build(args: argparse.Namespace, log, save=lambda data: None) -> dict[str, An
 
         extra = None
         if no_sglang is None:
-            from engines.sglang.kernels import kernel_argmax
+            from engines.sglang.wheel.kernels import kernel_argmax
 
             extra = {"SGLang softcap_row_argmax": kernel_argmax}
         data["benchmark"] = benchmark(extra=extra)
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if args.pack_vllm:
-        from engines.vllm.triton_files import pack
+        from engines.vllm.wheel.triton_files import pack
 
         try:
             written = pack(Path(args.pack_vllm))
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(map(str, written)))
         return 0
     if args.pack_sglang:
-        from engines.sglang.sampling_wheel import pack as pack_sglang
+        from engines.sglang.wheel.runtime import pack as pack_sglang
 
         try:
             print(pack_sglang(Path(args.pack_sglang)))

@@ -2,5 +2,5 @@
 
 ``discovery`` finds the classes in the installed wheel, ``build`` builds them (or reproduces their heads) on the CPU,
 the families ``dense``, ``eagle``, ``mtp``, ``gemma4`` and ``topk`` hold the subjects, and ``models`` names them as
-implementations (``engines.vllm.models:NAME.PATH``).
+implementations (``engines.vllm.subjects.models:NAME.PATH``).
 """

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from engines.findings import Cause, EndToEnd, Findings, Reason
 from engines.versions import vllm_page
-from engines.vllm import findings as previous
+from engines.vllm.causes import findings as previous
 
 RELEASE = "0.33.0"
 PAGE = vllm_page(RELEASE)
@@ -213,9 +213,9 @@ NEW = (
             f"test_exact_under_divergence-{_M}_MuseSpark1xForCausalLM_amd__get_top_tokens-gloo-6174fc5d2f",
         ),
         correction=(
-            "`engines/vllm/fixes_muse_spark.py:muse_spark_top_tokens` ranks each shard's token logits after the "
+            "`engines/vllm/corrections/muse_spark.py:muse_spark_top_tokens` ranks each shard's token logits after the "
             "class's own output transform (element-wise: a shard's values are the gathered row's), with the "
-            "corrected ranking of `engines/vllm/fixes.py:get_top_tokens` (its `transform`)"
+            "corrected ranking of `engines/vllm/corrections/processor.py:get_top_tokens` (its `transform`)"
         ),
     ),
 )
@@ -267,9 +267,10 @@ XPRESS = (
             f"{_XP_ROW} test_a_single_inversion_among_32000_ids_is_found_and_shrunk",
         ),
         correction=(
-            "`engines/vllm/xpress_argmax.py:topk_by_id`, in place of the `_topk` that `qwen3_xpress` calls, chooses "
-            "the top C with ties at the boundary kept by the smallest id (a stable descending sort) and returns them "
-            "in ascending id order, so the same kernel's first maximum is the smallest id among equal maxima"
+            "`engines/vllm/subjects/xpress_argmax.py:topk_by_id`, in place of the `_topk` that `qwen3_xpress` calls, "
+            "chooses the top C with ties at the boundary kept by the smallest id (a stable descending sort) and "
+            "returns them in ascending id order, so the same kernel's first maximum is the smallest id among equal "
+            "maxima"
         ),
     ),
 )

@@ -1,11 +1,11 @@
 """The samplers' page with vLLM 0.33.0 (``docs/conformance/sampling-vllm-0.33.0.md``): what the suite knows of
 0.33.0's samplers beside 0.32.0's page (``docs/conformance/sampling.md``).
 
-vLLM's samplers are the same subjects in both releases, each reading the installed release's files (the DFlash2
-walk lays out the rejection sampler's requests as the release does: ``engines.vllm.dflash2_sampler``).  This page
-claims its failures with the 0.32.0 samplers' causes where the same defect fails (keys are the cases' own, so a
-failure found again has the same key), and opens with what became of each (``tpargmax/release_changes.py``).
-SGLang's rows need SGLang's wheel, which this environment lacks; they are on 0.32.0's page.
+vLLM's samplers are the same subjects in both releases, each reading the installed release's files (the DFlash2 walk
+lays out the rejection sampler's requests as the release does: ``engines.vllm.subjects.dflash2_sampler``).  This page
+claims its failures with the 0.32.0 samplers' causes where the same defect fails (keys are the cases' own, so a failure
+found again has the same key), and opens with what became of each (``tpargmax/report/changes.py``). SGLang's rows need
+SGLang's wheel, which this environment lacks; they are on 0.32.0's page.
 """
 
 from __future__ import annotations
@@ -190,8 +190,8 @@ NEW = (
         "152 tokens where the nucleus needs 225 (the closed bracket's case).",
         failures=FAILURES["T1"][0],
         script=f"{PAGE}/vllm_topp_triton_min_logit_dropped.py",
-        correction="`engines.vllm.topk_topp_triton.T1_BRACKET`, the row `vllm_topk_topp_triton (corrected)`: the "
-        "branch's bracket starts at 0 (`min_range = ... * 0.0`, one line of the installed file changed as it "
+        correction="`engines.vllm.subjects.topk_topp_triton.T1_BRACKET`, the row `vllm_topk_topp_triton (corrected)`: "
+        "the branch's bracket starts at 0 (`min_range = ... * 0.0`, one line of the installed file changed as it "
         "loads), so that a probe can count every token",
     ),
 )

@@ -1,6 +1,6 @@
 """``--baseline``: a build of vLLM judged against the known causes, so that only what is new fails the run.
 
-Every failure of a subject is looked up among what is known (:mod:`engines.vllm.baseline`: the listed releases'
+Every failure of a subject is looked up among what is known (:mod:`engines.vllm.causes.baseline`: the listed releases'
 own runs, example by example; for vLLM's layer, a model of its known defects failing the example alike
 (:func:`_modelled`); the pages' failures of the same subject, property and rule).  A claimed failure inside a
 Hypothesis property is noted and the example counts as passed, so the search goes on past it and a new bug behind
@@ -21,8 +21,8 @@ import pytest
 from hypothesis.errors import HypothesisException
 
 from engines.versions import installed_vllm
-from engines.vllm import known_defects
-from engines.vllm.baseline import (
+from engines.vllm.causes import known_defects
+from engines.vllm.causes.baseline import (
     ITSELF,
     MODELLED,
     OPTIONS,
@@ -33,7 +33,7 @@ from engines.vllm.baseline import (
     judge_unmet,
     rule_class,
 )
-from engines.vllm.known_defects import MODELS, subsets
+from engines.vllm.causes.known_defects import MODELS, subsets
 from properties.failures import env_of
 from properties.harness.results import KNOWN as NOTE
 from properties.harness.results import RESULTS, failure, known_of
@@ -114,7 +114,7 @@ def _claim(item: pytest.Item, exc: BaseException) -> tuple[str | None, dict]:
 
 
 def _modelled(inner, args: tuple, kwargs: dict, seen: dict) -> str | None:
-    """The fewest of the release's causes whose model (``engines.vllm.known_defects``) fails the example alike:
+    """The fewest of the release's causes whose model (``engines.vllm.causes.known_defects``) fails the example alike:
     the subject swapped for the model, the test run again; None where no model does, or the subject has none."""
     impl = kwargs.get("impl")
     defects = impl is not None and MODELS.get((OPTIONS["impl"], impl.spec, tuple(sorted(env_of(impl).items()))))

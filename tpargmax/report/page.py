@@ -1,0 +1,217 @@
+"""The conformance page: Markdown from the report's JSON, and nothing else (so a committed page can be
+checked against its committed JSON on any machine, without vLLM)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from engines.findings import replay_env
+from tpargmax.report import changes as release_changes
+from tpargmax.report import e2e as report_e2e
+from tpargmax.report import findings as findings_page
+
+LABELS = {
+    "test_token_exact": "token-exact",
+    "test_output_contract": "contract",
+    "test_tp_invariance": "tp invariance",
+    "test_row_independence": "row independence",
+    "test_determinism": "determinism",
+    "test_rejects_bad_input": "bad input",
+    "test_ids_beyond_float32_are_exact_or_rejected": "2**24 ids",
+    "test_all_neg_inf_row_with_offset_d2t": "all -inf row",
+    "test_the_flag_fires_exactly_on_non_monotone_tables": "d2t ties",
+    "test_a_single_inversion_among_32000_ids_is_found_and_shrunk": "d2t inversion",
+    "test_ranks_agree": "ranks agree",
+    "test_exact_under_divergence": "exact under divergence",
+    "test_attention_dp_rows": "attention-DP rows",
+    "test_uneven_shards": "uneven shards",
+    "test_top_k_exact": "top-k exact",
+    "test_top_k_contract": "top-k contract",
+    "test_top1_is_the_argmax_token": "top-1 is argmax",
+    "test_top_k_determinism": "top-k determinism",
+    "test_top_k_rejects_k_above_the_logits_vocabulary": "k > L",
+    "test_top_k_uneven_shards": "top-k uneven shards",
+    "test_sample_exact": "sample exact",
+    "test_sample_support": "support",
+    "test_kept_set": "kept set",
+    "test_sample_log_probs": "log-probs",
+    "test_sample_invariance": "sample invariance",
+    "test_sampled_distribution": "distribution",
+    "test_batch_independence": "batch independence",
+    "test_equal_paths": "equal paths",
+}
+
+
+def _columns(rows: list[dict[str, Any]]) -> list[str]:
+    seen = {test for row in rows for test in row["cells"]}
+    return [t for t in LABELS if t in seen] + sorted(seen - set(LABELS))
+
+
+def _failures(data: dict[str, Any]) -> list[tuple[str, dict[str, Any], str, dict[str, Any]]]:
+    """Every distinct (subject, property, rule), numbered in page order: (number, row, test, failure).  The
+    original rows come first, so adding corrected rows (``row["corrects"]``) never renumbers their failures."""
+    out, seen = [], set()
+    rows = [r for r in data["rows"] if not r.get("corrects")] + [r for r in data["rows"] if r.get("corrects")]
+    for row in rows:
+        for test in _columns(data["rows"]):
+            for fail in row["cells"].get(test, {}).get("failures", []):
+                if (row["name"], test, fail["rule"]) not in seen:
+                    seen.add((row["name"], test, fail["rule"]))
+                    out.append((f"F{len(out) + 1}", row, test, fail))
+    return out
+
+
+def _table(rows: list[dict[str, Any]], numbers: dict[tuple[str, str], list[str]]) -> list[str]:
+    columns = _columns(rows)
+    lines = [
+        "| subject | kind | " + " | ".join(LABELS.get(c, c) for c in columns) + " |",
+        "|---|---|" + "---|" * len(columns),
+    ]
+    for row in rows:
+        marks = []
+        for test in columns:
+            cell = row["cells"].get(test)
+            if cell is None:
+                marks.append("")
+            elif cell["outcome"] == "failed":
+                marks.append("**" + " ".join(numbers.get((row["name"], test), ["fail"])) + "**")
+            elif cell.get("known"):  # a build no page lists: failures a known cause claims
+                marks.append("known")
+            else:
+                marks.append("pass" if cell["outcome"] == "passed" else "skip")
+        lines.append(f"| `{row['name']}` | {row['kind']} | " + " | ".join(marks) + " |")
+    return lines
+
+
+def _share(budget: dict[str, Any]) -> str:
+    """The gloo share of the examples the report ran with (a quarter before the report recorded it)."""
+    share = budget.get("gloo_share", 0.25)
+    return {0.25: "a quarter", round(1 / 6, 6): "a sixth"}.get(round(share, 6), f"{share:.0%}")
+
+
+def _replay(fail: dict[str, Any], row: dict[str, Any], test: str) -> str:
+    env = replay_env(row)
+    if fail.get("repro_file"):
+        return f"`{env}tpargmax repro {fail['repro_file']}`"
+    return f"`{env}.venv/bin/python -m pytest properties --backend gloo {' '.join(row['option'])} -k {test}`"
+
+
+def render(data: dict[str, Any]) -> str:
+    """The page, from the report's JSON."""
+    failures = _failures(data)
+    findings = findings_page.load(data)
+    claims = findings.claims() if findings else {}
+    numbers: dict[tuple[str, str], list[str]] = {}
+    for number, row, test, _ in failures:
+        numbers.setdefault((row["name"], test), []).append(number)
+    budget = data["budget"]
+    versions = ", ".join(f"{k} {v}" for k, v in data["versions"].items())
+    out = [
+        f"# {data['title']}",
+        "",
+        f"Generated by {', then '.join(f'`{c}`' for c in data.get('commands') or [data['command']])} "
+        f"(versions: {versions}). Every row is one run of the property suite",
+        f"on real gloo rank processes (tp {' and '.join(map(str, budget['tps']))}), Hypothesis profile",
+        f"{budget['profile']}, `--max-examples {budget['examples']}` ({_share(budget)} of it on gloo), plus the pinned",
+        "edge cases. A cell reads **pass**, **skip** (the property does not apply; see the reasons below)"
+        + (", **known** (it failed only for known causes)," if data.get("baseline") else "")
+        + " or a",
+        "failure number, explained under [Failures](#failures) with its rule, case and replay command. A case is",
+        "Hypothesis's shrunk one, or the pinned edge case that failed first (pinned cases run before any other).",
+        "",
+    ]
+    judged = data.get("baseline")  # a build no page lists: judged against a release's causes, which its page holds
+    previous = release_changes.previous_of(findings) if findings and data.get("changes") and not judged else None
+    if judged:
+        out += release_changes.baseline_section(data, failures, findings)
+    if previous:
+        out += release_changes.section(data, failures, findings, previous)
+    if findings and not judged:
+        out += findings_page.section(data, failures, findings, claims)
+    not_run = [row for row in data["rows"] if row.get("skipped")]
+    argmax = [r for r in data["rows"] if r["option"][0] == "--impl" and r["cells"]]
+    top_k = [r for r in data["rows"] if r["option"][0] == "--topk-impl" and r["cells"]]
+    sampling = [r for r in data["rows"] if r["option"][0] == "--sampling-impl" and r["cells"]]
+    for title, rows in (("Argmax", argmax), ("Top-k", top_k), ("Sampling", sampling)):
+        if rows:
+            out += [f"## {title}", "", *_table(rows, numbers), ""]
+    if not_run:
+        out += ["Not run: " + ", ".join(f"`{r['name']}` ({r['skipped']})" for r in not_run), ""]
+    out += report_e2e.section(data, findings)
+    out += ["## Subjects", ""]
+    out += [f"- `{row['name']}` ({row['kind']}): {row['note']}" for row in data["rows"] if row["note"]]
+    out += ["", "## Failures", ""] + ([] if failures else ["None.", ""])
+    for number, row, test, fail in failures:
+        out += [f"### {number}: `{row['name']}`, {LABELS.get(test, test)}", "", f"- **Rule:** {fail['rule']}"]
+        if fail.get("case"):
+            out.append(f"- **Case:** `{fail['case']}`")
+        out += [f"- **Replay:** {_replay(fail, row, test)}"]
+        if judged:
+            out.append(f"- **New:** no known cause of vLLM {judged['since']} claims it")
+        elif findings:
+            out.append(findings_page.cause_line(claims, row, test, fail))
+        out += [f"  - {line}" for line in fail.get("details", []) if line and not line.startswith("property:")]
+        out.append("")
+    out += [] if findings else _upstream(failures)
+    out += _classes(data.get("classes", []), data.get("refusal", {}))
+    skips = sorted(
+        {
+            (LABELS.get(t, t), c["skip_reason"])
+            for r in data["rows"]
+            for t, c in r["cells"].items()
+            if c["outcome"] == "skipped" and c["skip_reason"]
+        }
+    )
+    if skips:
+        out += ["## Skips", ""] + [f"- {label}: {reason}" for label, reason in skips] + [""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _upstream(failures: list[tuple[str, dict[str, Any], str, dict[str, Any]]]) -> list[str]:
+    """One write-up per distinct rule that vLLM's code breaks: what a maintainer needs to act."""
+    by_rule: dict[str, list[tuple[str, dict[str, Any], str, dict[str, Any]]]] = {}
+    for item in failures:
+        if item[1]["kind"].startswith("vLLM"):
+            by_rule.setdefault(rule_class(item[3]["rule"], item[1]["name"]), []).append(item)
+    if not by_rule:
+        return []
+    out = ["## Upstream reports (vLLM)", "", "One per distinct failure (its rule with the numbers left out).", ""]
+    for n, (rule, items) in enumerate(by_rule.items(), 1):
+        with_case = [i for i in items if i[3].get("case")] or items
+        number, row, test, fail = min(with_case, key=lambda i: len(i[3].get("case") or ""))
+        subjects = ", ".join(f"`{name}`" for name in dict.fromkeys(i[1]["name"] for i in items))
+        out += [f"### U{n}. {rule}", "", f"- **Where:** {subjects} (failures {', '.join(i[0] for i in items)})"]
+        if fail.get("case"):
+            out.append(f"- **Smallest failing case found:** `{fail['case']}`")
+        seen = [d for d in fail.get("details", []) if "expected" in d or "got" in d]
+        out += [f"- **Expected and actual:** {'; '.join(seen)}"] if seen else []
+        out += [f"- **Replay:** {_replay(fail, row, test)}", ""]
+    return out
+
+
+def rule_class(rule: str, subject: str) -> str:
+    """A rule with its numbers and subject name left out: failures of one cause share it."""
+    return re.sub(r"(?<=[\s=(\[,])-?\d+(\.\d+)?", "N", rule.replace(subject, "SUBJECT").split(": (tensor", 1)[0])
+
+
+def _classes(classes: list[dict[str, Any]], refusal: dict[str, str]) -> list[str]:
+    if not classes:
+        return []
+    out = [
+        "## vLLM model classes found in the wheel",
+        "",
+        "Found by reading the installed package (`sharded.vllm_models.discover`), then confirmed by importing each",
+        "class in a child process. Classes with no method are draft classes of vLLM's speculative-decoding registry",
+        "that lack `get_top_tokens`.",
+        "",
+        "| class | module | methods | found by | import check | under test as |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in classes:
+        methods = ", ".join(c["methods"]) or "none"
+        tested = c.get("tested") or ("" if not c["methods"] else "not under test")
+        out.append(f"| `{c['name']}` | `{c['module']}` | {methods} | {c['how']} | {c['confirmed']} | {tested} |")
+    for name, message in refusal.items():
+        out += ["", f"vLLM's proposer with `use_local_argmax_reduction` on `{name}`: {message}"]
+    return out + [""]

@@ -1,0 +1,430 @@
+"""The page's rows: the subjects ``tpargmax report`` runs, and the pytest runs that group them (one per head they
+share, so one pool start serves them all)."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engines.versions import SGLANG_VERSION, TPU_INFERENCE_VERSION, vllm_release
+from engines.vllm.subjects.layer import INSTALL_HINT as VLLM_HINT
+from engines.vllm.subjects.layer import SHM_ENV
+from engines.vllm.wheel.build import shipped
+from sharded.impls import MOVED
+from tpargmax.report.saved import FINDINGS as SHIPPED_FINDINGS
+
+# the committed repro files' replays are the default run's regression tests, not properties of a subject; the samplers
+# are subjects of their own
+ARGMAX = ("properties", "-k", "not top_k and not test_sampling and not test_repro_file_replays_clean")
+TOP_K = ("properties/test_top_k.py", "-k", "not test_repro_file_replays_clean")
+SAMPLING = ("properties/test_sampling.py",)
+LEFT_TO_A_GPU = "tp4-added-top-k"
+INTERPRETED = f"; under Triton's interpreter without the {LEFT_TO_A_GPU} distribution case (a GPU runs it)"
+# vLLM's Triton mask under the interpreter: a minute or more per draw of a 4000-row distribution case, so only the
+# token properties run there (its first eight cases took 761 s, and the full selection outran a 900 s row)
+TOKEN_PROPERTIES = "test_sample_exact or test_sample_support or test_kept_set or test_sample_log_probs"
+TOKENS_INTERPRETED = (
+    "; under Triton's interpreter the token properties alone (exactness, support, kept set, log-probabilities): "
+    "the distribution, invariance and own-randomness properties are left to a GPU"
+)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One row of the page: an implementation, what kind it is, and what it is."""
+
+    spec: str
+    kind: str
+    note: str = ""
+    name: str = ""  # how the page names it (default: the spec)
+    vllm: bool = False
+    corrects: str = ""  # the row this one is the corrected twin of (engines/<engine>/corrected.py)
+    needs: str = ""  # MODULE:function saying why it cannot run here (what to install), or None when it can
+    since: str = ""  # the first vLLM release whose samplers' page has this row (empty: every release's)
+
+    def why_not(self, has_vllm: bool) -> str | None:
+        """Why this subject cannot run here, or None."""
+        if self.needs:
+            module, _, name = self.needs.partition(":")
+            return getattr(importlib.import_module(MOVED.get(module, module)), name)()
+        return None if has_vllm or not self.vllm else VLLM_HINT
+
+    @property
+    def label(self) -> str:
+        return self.name or self.spec
+
+
+@dataclass(frozen=True)
+class Run:
+    """One pytest run: subjects that share a head (so one pool start serves them all), top-k or argmax."""
+
+    subjects: tuple[Subject, ...]
+    top_k: bool = False
+    argmax: str = ""  # the argmax implementation the top-k subjects' top-1 is compared with
+    env: tuple[tuple[str, str], ...] = ()
+    tests: tuple[str, ...] = ()  # pytest's selection (default: every argmax, top-k or sampling property)
+    sampling: bool = False  # samplers (--sampling-impl) rather than argmax or top-k implementations
+    timeout: float = 30.0  # the collective timeout (Triton's interpreter runs a kernel in seconds, not microseconds)
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        specs = ",".join(s.spec for s in self.subjects)
+        if self.sampling:
+            return ("--sampling-impl", specs, *(self.tests or SAMPLING))
+        if self.top_k:
+            return ("--topk-impl", specs, "--impl", self.argmax, *(self.tests or TOP_K))
+        return ("--impl", specs, *(self.tests or ARGMAX))
+
+    def option(self, subject: Subject) -> tuple[str, str]:
+        """The pytest option that selects one subject alone, for replay commands."""
+        return ({"sampling": "--sampling-impl", "top_k": "--topk-impl"}.get(self.kind, "--impl"), subject.spec)
+
+    @property
+    def kind(self) -> str:
+        return "sampling" if self.sampling else "top_k" if self.top_k else "argmax"
+
+
+FINDINGS = SHIPPED_FINDINGS[0]
+SAMPLING_FINDINGS = SHIPPED_FINDINGS[1]
+TPU_FINDINGS = SHIPPED_FINDINGS[2]
+SAMPLING_VLLM_FINDINGS = {"0.32.0": SAMPLING_FINDINGS, "0.33.0": SHIPPED_FINDINGS[6]}  # the samplers', likewise
+CORRECTED = "engines.vllm.corrected"  # recorded names (sharded.impls.MOVED): the pages' keys stay
+CORRECTED_KIND = ", corrected"
+FIXED_ARGMAX = f"{CORRECTED}:vllm"  # a corrected top-k's top-1 is compared with the corrected argmax
+
+
+def twin(subject: Subject) -> Subject:
+    """The subject with the project's corrections in place, beside it on the page."""
+    spec = subject.spec.partition(":")[2] or subject.spec
+    return Subject(
+        f"{CORRECTED}:{spec}",
+        subject.kind + CORRECTED_KIND,
+        "the same, with the corrections of the root causes in place",
+        f"{subject.label} (corrected)",
+        vllm=True,
+        corrects=subject.label,
+        needs=subject.needs,
+    )
+
+
+def static_runs() -> list[Run]:
+    """The built-ins, the engine variants and vLLM's layer, and vLLM's layer corrected."""
+    layer = "vLLM layer"
+    vllm = Subject("vllm", layer, "LogitsProcessor.get_top_tokens + LocalArgmaxMixin", vllm=True)
+    classic = Subject("vllm_classic", layer, "LogitsProcessor.forward, EAGLE3 scatter, argmax", vllm=True)
+    topk_note = "LogitsProcessor.get_top_k_tokens; ids through d2t as the mixin maps them"
+    topk = Subject("vllm_topk", layer, topk_note, vllm=True)
+    logprobs = Subject("vllm_topk_logprobs", layer, "get_top_k_tokens(return_log_probs=True)", vllm=True)
+    shm_note = "get_top_k_tokens on vLLM's shared-memory CPU communicator (TPARGMAX_VLLM_SHM=1)"
+    # skipped, with the reason, where vLLM cannot start that communicator: it would gather through torch.distributed
+    shm_needs = "engines.vllm.subjects.layer:why_shm_unavailable"
+    shm = Subject("vllm_topk", layer, shm_note, name="vllm_topk (CPU SHM)", vllm=True, needs=shm_needs)
+    shm_env = ((SHM_ENV, "1"),)
+    return [
+        Run(
+            (
+                Subject("vllm_pairs", "built-in", "vLLM's exchange, ties by id"),
+                Subject("packed_key", "built-in", "one int64 key, one all_reduce"),
+                Subject("classic_gather", "built-in", "all-gather every logit, argmax"),
+                Subject("trtllm_style", "engine variant", "TensorRT-LLM-style: ids from the rank offset, no mask"),
+                Subject("sglang_style", "engine variant", "SGLang-proposal-style packed key: refuses 2**24 ids"),
+                vllm,
+                twin(vllm),
+                classic,
+                twin(classic),
+            )
+        ),
+        Run((Subject("topk_pairs", "built-in", "k (value, id) pairs per rank"),), top_k=True, argmax="vllm_pairs"),
+        Run((topk, logprobs), top_k=True, argmax="vllm"),
+        Run((twin(topk), twin(logprobs)), top_k=True, argmax=FIXED_ARGMAX),
+        Run((shm,), top_k=True, argmax="vllm", env=shm_env),
+        Run((twin(shm),), top_k=True, argmax=FIXED_ARGMAX, env=shm_env),
+    ]
+
+
+def model_runs() -> tuple[list[Run], list[dict[str, Any]], dict[str, str]]:
+    """Runs of every vLLM model class subject (one per head they share), the discovery record, and the proposer's
+    answer for a draft class without ``get_top_tokens``."""
+    from engines.vllm.subjects import corrected
+    from engines.vllm.subjects import models as vllm_models
+    from engines.vllm.wheel import discovery
+    from sharded.impls import load_impl
+
+    by_head: dict[tuple, list[Subject]] = {}
+    for spec in vllm_models.specs():
+        fn = load_impl(spec).fn
+        path = spec.rpartition(".")[2]
+        kind = "vLLM model class, classic path" if path == "compute_logits" else "vLLM model class"
+        subject = Subject(spec, kind, fn.how, spec.partition(":")[2], vllm=True)
+        key = (path == "get_top_k_tokens", tuple(sorted(fn.head.items())))
+        by_head.setdefault((*key, False), []).append(subject)
+        if subject.label in corrected.MODELS:  # its twin runs apart: its top-1 is compared with the corrected argmax
+            by_head.setdefault((*key, True), []).append(twin(subject))
+    runs = [
+        Run(tuple(s), top_k=top_k, argmax=(FIXED_ARGMAX if fixed else "vllm") if top_k else "")
+        for (top_k, _, fixed), s in by_head.items()
+    ]
+    subjects: dict[str, list[str]] = {}
+    for name, subject in vllm_models.SUBJECTS.items():
+        subjects.setdefault(subject.cls, []).append(name)
+    coverage = getattr(vllm_models, "COVERAGE", {})
+    classes = [
+        {
+            "name": m.name,
+            "module": m.module,
+            "methods": list(m.methods),
+            "how": m.found,
+            "confirmed": m.confirmed,
+            "tested": ", ".join(f"`{s}`" for s in subjects.get(m.name, [])) or coverage.get(m.name, ""),
+        }
+        for m in discovery.discover()
+    ]
+    no_method = next((c["name"] for c in classes if not c["methods"]), None)
+    refusal = {no_method: discovery.proposer_refuses(no_method)} if no_method else {}
+    return runs, classes, refusal
+
+
+def triton_rows() -> tuple[tuple[tuple[str, str], ...], float]:
+    """Where Triton's kernels run for a page's rows: natively on a GPU, else under its CPU interpreter
+    (``TRITON_INTERPRET=1`` in the rows' environment, which their replay commands carry); and the collective timeout
+    for that speed."""
+    import torch
+
+    native = torch.cuda.is_available()
+    return ((), 30.0) if native else ((("TRITON_INTERPRET", "1"),), 300.0)
+
+
+def sampling_runs() -> list[Run]:
+    """The samplers' page: the built-ins, then the engines' samplers (each with its own install and noise).
+
+    Triton's kernels run natively where there is a GPU, else under its CPU interpreter (``TRITON_INTERPRET=1`` in
+    the rows' environment, which their replay commands then carry), with a collective timeout for its speed."""
+    interpret, slow = triton_rows()
+    # The interpreter takes over ten minutes per subject for the 4000-row tp 4 top-k distribution case: there the
+    # candidate samplers leave it to a GPU (the page's notes say so), and run every other case.
+    top_k_tests = () if not interpret else (*SAMPLING, "-k", f"not {LEFT_TO_A_GPU}")
+    token_tests = () if not interpret else (*SAMPLING, "-k", TOKEN_PROPERTIES)
+    vllm_needs, sglang_needs = (
+        "engines.vllm.wheel.triton_files:why_unavailable",
+        "engines.sglang.subjects.sampling:why_unavailable",
+    )
+    kernel = "vLLM kernel"
+    runs = [
+        Run(
+            (
+                Subject("gumbel_pairs", "built-in", "one packed (score, id) key per row and rank; temperature only"),
+                Subject("candidates", "built-in", "each rank's top C, merged; falls back to the gathered logits"),
+            ),
+            sampling=True,
+        ),
+        Run(
+            (
+                Subject(
+                    "engines.vllm.gumbel:vllm_gumbel_sharded",
+                    kernel,
+                    "gumbel_noised_argmax on each shard, keys = the shard's global ids, pairs reduced by argmax",
+                    "vllm_gumbel_sharded",
+                    needs=vllm_needs,
+                ),
+                Subject(
+                    "engines.vllm.gumbel:vllm_gumbel_sharded_corrected",
+                    kernel + CORRECTED_KIND,
+                    "the same, its pairs reduced by value and then by the smallest id",
+                    "vllm_gumbel_sharded (corrected)",
+                    corrects="vllm_gumbel_sharded",
+                    needs=vllm_needs,
+                ),
+                Subject(
+                    "engines.vllm.gumbel:vllm_gumbel_as_shipped",
+                    kernel + ", as shipped",
+                    "the same kernel keyed by the shard's columns, as gumbel_sample keys a row",
+                    "vllm_gumbel_as_shipped",
+                    needs=vllm_needs,
+                ),
+            ),
+            sampling=True,
+            env=interpret,
+            timeout=slow,
+        ),
+        Run(
+            (
+                Subject(
+                    "engines.vllm.dflash2_sampler:vllm_dflash2_sampler",
+                    "vLLM layer and kernel",
+                    "get_top_k_tokens (and return_log_probs=True) on vLLM's head, then DFlash2's CandidateSampler walk",
+                    "vllm_dflash2_sampler",
+                    vllm=True,
+                    needs=vllm_needs,
+                ),
+                Subject(
+                    "engines.vllm.dflash2_sampler:vllm_dflash2_sampler_corrected",
+                    "vLLM layer and kernel" + CORRECTED_KIND,
+                    "the same over the corrected get_top_k_tokens (engines.vllm.corrections.processor)",
+                    "vllm_dflash2_sampler (corrected)",
+                    vllm=True,
+                    corrects="vllm_dflash2_sampler",
+                    needs=vllm_needs,
+                ),
+                Subject(
+                    "engines.vllm.dflash2_sampler:vllm_dflash2_sampler_step2",
+                    "vLLM layer and kernel",
+                    "the same walk judged at its second draft step (the seed spec_step_seed mixes from vLLM 0.33.0 on)",
+                    "vllm_dflash2_sampler_step2",
+                    vllm=True,
+                    needs=vllm_needs,
+                    since="0.33.0",  # 0.32.0 keys every step by the same seed: its second step is its first
+                ),
+            ),
+            sampling=True,
+            env=interpret,
+            timeout=slow,
+            tests=top_k_tests,
+        ),
+        Run(
+            (
+                Subject(
+                    "engines.vllm.topk_topp_triton:vllm_topk_topp_triton",
+                    kernel,
+                    "apply_top_k_top_p_triton on the gathered x = logit / T (its one-program-per-row kernel), then "
+                    "the contract's draw over what it keeps",
+                    "vllm_topk_topp_triton",
+                    needs=vllm_needs,
+                    since="0.33.0",  # the 0.32.0 page predates these rows (the same kernel there: T1 says so)
+                ),
+                Subject(
+                    "engines.vllm.topk_topp_triton:vllm_topk_topp_triton_corrected",
+                    kernel + CORRECTED_KIND,
+                    "the same kernel with T1's correction: the standalone top-p branch's bracket starts at 0",
+                    "vllm_topk_topp_triton (corrected)",
+                    corrects="vllm_topk_topp_triton",
+                    needs=vllm_needs,
+                    since="0.33.0",
+                ),
+                Subject(
+                    "engines.vllm.topk_topp_triton:vllm_topk_topp_triton_split",
+                    kernel,
+                    "_apply_topp_split, the split-row top-p pipeline CUDA takes for at most 64 rows (top-p only)",
+                    "vllm_topk_topp_triton_split",
+                    needs=vllm_needs,
+                    since="0.33.0",
+                ),
+            ),
+            sampling=True,
+            env=interpret,
+            timeout=slow,
+            tests=token_tests,
+        ),
+        Run(
+            (
+                Subject(
+                    "engines.sglang_sampling:sglang_candidate_topk",  # the recorded names: the page's failure keys stay
+                    f"SGLang {SGLANG_VERSION}",
+                    "DFlash's candidate_topk (lilicorr_topk_lse, the merge, the log-normaliser); drawn with the "
+                    "contract's noise",
+                    "sglang_candidate_topk",
+                    needs=sglang_needs,
+                ),
+                Subject(
+                    "engines.sglang_sampling:sglang_candidate_topk_corrected",
+                    f"SGLang {SGLANG_VERSION}" + CORRECTED_KIND,
+                    "the same, ties ordered by id in both top-ks, no lane past the row taken, the lse in float32",
+                    "sglang_candidate_topk (corrected)",
+                    corrects="sglang_candidate_topk",
+                    needs=sglang_needs,
+                ),
+                Subject(
+                    "engines.sglang_sampling:sglang_candidate_topk_seeded",
+                    f"SGLang {SGLANG_VERSION}",
+                    "the same candidates drawn by multinomial_with_seed (noise keyed by sort rank)",
+                    "sglang_candidate_topk_seeded",
+                    needs=sglang_needs,
+                ),
+            ),
+            sampling=True,
+            env=interpret,
+            timeout=slow,
+            tests=top_k_tests,
+        ),
+    ]
+    release = vllm_release()
+    runs = [replace(run, subjects=tuple(s for s in run.subjects if shipped(s.since, release))) for run in runs]
+    return [
+        run if not run.tests else replace(run, subjects=tuple(_noted(s, run.tests) for s in run.subjects))
+        for run in runs
+    ]
+
+
+def xpress_runs() -> list[Run]:
+    """vLLM's XPress argmax kernels (0.33.0 on) on the vLLM page: one argmax run of its full-vocabulary and top-C
+    paths, and the top-C path corrected (the 0.33.0 page's V15).  Natively where there is a GPU, else under Triton's
+    interpreter, with a collective timeout for its speed (``vllm_xpress_argmax_chunk64`` is left out: its 2**24-id
+    case takes hours under the interpreter).  A release before 0.33.0 has none of them (``Subject.since``)."""
+    interpret, slow = triton_rows()
+    needs, kernel, module = (
+        "engines.vllm.subjects.xpress_argmax:why_unavailable",
+        "vLLM kernel",
+        "engines.vllm.xpress_argmax",
+    )
+    subjects = (
+        Subject(
+            f"{module}:vllm_xpress_argmax",
+            kernel,
+            "XPress's fused_add_argmax_to_blk (chunks of 4096, zero refiner bias) on the gathered logits",
+            "vllm_xpress_argmax",
+            needs=needs,
+            since="0.33.0",
+        ),
+        Subject(
+            f"{module}:vllm_xpress_candidate_argmax",
+            kernel,
+            "XPress's _topk (C = 512), then fused_topc_argmax_to_blk (zero refiner bias) on the gathered logits",
+            "vllm_xpress_candidate_argmax",
+            needs=needs,
+            since="0.33.0",
+        ),
+        Subject(
+            f"{module}:vllm_xpress_candidate_argmax_corrected",
+            kernel + CORRECTED_KIND,
+            "the same kernel, its candidates the top C with ties kept by the smallest id, handed over in id order",
+            "vllm_xpress_candidate_argmax (corrected)",
+            corrects="vllm_xpress_candidate_argmax",
+            needs=needs,
+            since="0.33.0",
+        ),
+    )
+    release = vllm_release()
+    ready = tuple(s for s in subjects if shipped(s.since, release))
+    return [Run(ready, env=interpret, timeout=slow)] if ready else []
+
+
+def _noted(subject: Subject, tests: tuple[str, ...]) -> Subject:
+    return replace(subject, note=subject.note + (TOKENS_INTERPRETED if TOKEN_PROPERTIES in tests else INTERPRETED))
+
+
+def tpu_inference_runs() -> list[Run]:
+    """tpu-inference's page: its sampler's classic and sharded paths on a simulated JAX mesh, each beside the same
+    path with the project's corrections.  A new shape compiles in seconds, so the rows get a longer collective
+    timeout."""
+    needs, module, fixes = (
+        "engines.tpu_inference.wheel.adapter:why_unavailable",
+        "engines.tpu_inference_sampler",  # recorded names (sharded.impls.MOVED): the pages' keys stay
+        "engines.tpu_inference_fixes",
+    )
+    kind = f"tpu-inference {TPU_INFERENCE_VERSION}"
+    classic = "sample(allow_distributed_sampling=False): temperature, top-k and top-p masks, categorical over the row"
+    sharded = "sample(allow_distributed_sampling=True): each shard's top 2 * MAX_TOP_K merged, where it takes the batch"
+    subjects = []
+    for name, note in (("tpu_inference_classic", classic), ("tpu_inference_distributed", sharded)):
+        subjects.append(Subject(f"{module}:{name}", kind, note, name, needs=needs))
+        subjects.append(
+            Subject(
+                f"{fixes}:{name}_corrected",
+                kind + CORRECTED_KIND,
+                "the same, with the project's top-k and top-p masks (NaN first, by logit, no probabilities of NaN)",
+                f"{name} (corrected)",
+                corrects=name,
+                needs=needs,
+            )
+        )
+    return [Run(tuple(subjects), sampling=True, timeout=120.0)]
