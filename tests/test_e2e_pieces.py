@@ -42,6 +42,21 @@ def rms(x: torch.Tensor, weight: torch.Tensor, dtype: torch.dtype) -> torch.Tens
     return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.to(dtype).float()).to(dtype)
 
 
+def greedy(hidden: torch.Tensor, head: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """``(F.linear(hidden, head) * scale).argmax(-1)``, head in ``hidden``'s dtype, without the rows that repeat an
+    earlier row bit for bit (four in five of a head, or more).  Every row has one weight, a power of two, or a planted
+    NaN or infinity beside it: a logit is one exact product (or that NaN or infinity) whatever the order of the sum,
+    so a repeat's logits equal the earlier row's bit for bit, and argmax, which takes the first of equal maxima (or
+    the first NaN), never picks it.  A test below checks this against ``F.linear`` on planted heads."""
+    bits, ids = head.view(torch.int32), torch.arange(len(head))
+    feature = head.abs().argmax(1, keepdim=True)  # a row's weight (or its NaN): the rows it may repeat share it
+    _, group = torch.unique((feature * 2**32 + bits.gather(1, feature)).squeeze(1), return_inverse=True)
+    first = torch.full_like(ids, len(head)).scatter_reduce(0, group, ids, "amin")[group]
+    kept = ((first == ids) | (bits != bits[first]).any(1)).nonzero().squeeze(1)  # only repeats are left out
+    logits = F.linear(hidden, head[kept].to(hidden.dtype))
+    return kept[(logits if scale == 1 else logits * scale).argmax(-1)]
+
+
 def next_tokens(
     scenario: Scenario, method: str, dtype: torch.dtype, tokens: list[int] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,17 +66,15 @@ def next_tokens(
     target, draft = plan["target"], plan["draft"]
     rows = slice(None) if tokens is None else tokens
     embed = target["model.embed_tokens.weight"][rows]
-    hidden = rms(embed, target["model.norm.weight"], dtype)
-    want = F.linear(hidden, target["lm_head.weight"].to(dtype)).argmax(-1)
+    want = greedy(rms(embed, target["model.norm.weight"], dtype), target["lm_head.weight"])
     if method == "eagle3":  # its own position's normalised embedding, normalised again, then its scaled head
         again = rms(rms(embed, torch.ones(SIZES.hidden), dtype), draft["norm.weight"], dtype)
-        logits = F.linear(again, draft["lm_head.weight"].to(dtype)) * checkpoints.EAGLE3_LOGIT_SCALE
-        top = logits.argmax(-1)
+        top = greedy(again, draft["lm_head.weight"], checkpoints.EAGLE3_LOGIT_SCALE)
         return want, top + draft["d2t"][top]
     if method == "eagle":  # fc copies the embedding; the target's head, shared
-        return want, F.linear(embed.to(dtype), target["lm_head.weight"].to(dtype)).argmax(-1)
+        return want, greedy(embed.to(dtype), target["lm_head.weight"])
     hidden = rms(draft["model.embed_tokens.weight"][rows], draft["model.norm.weight"], dtype)
-    return want, F.linear(hidden, draft["lm_head.weight"].to(dtype)).argmax(-1)
+    return want, greedy(hidden, draft["lm_head.weight"])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -143,6 +156,11 @@ def test_every_head_row_has_one_weight_a_power_of_two():
         assert int(nonzero.max()) == 1
         values = head[head.ne(0)].abs()
         assert torch.equal(values.log2(), values.log2().round())
+    for scenario, dtype in zip(EXACT[1:3], DTYPES.values(), strict=True):  # ties, NaN; infinities, all negative
+        plan = checkpoints.plan_tensors(scenario, "eagle3")  # so greedy's shortcut is exact: as F.linear's argmax
+        head = plan["draft"]["lm_head.weight"]
+        hidden = rms(plan["target"]["model.embed_tokens.weight"], torch.ones(SIZES.hidden), dtype)
+        assert torch.equal(greedy(hidden, head), F.linear(hidden, head.to(dtype)).argmax(-1)), scenario
 
 
 def test_the_models_written_are_what_the_engine_loads(tmp_path):

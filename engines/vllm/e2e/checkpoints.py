@@ -23,6 +23,7 @@ The bodies are written once, when an engine starts (:func:`write_models`); an ex
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -49,9 +50,9 @@ def boundary(rows: int) -> int:
     return -(-rows // 64) * 64 // 2
 
 
-def _gen(scenario: Scenario, stream: int) -> torch.Generator:
+def _gen(seed: int, stream: int) -> torch.Generator:
     """One generator per purpose, so a method's draft never shifts the target's draws."""
-    return torch.Generator().manual_seed(scenario.seed * 8 + stream)
+    return torch.Generator().manual_seed(seed * 8 + stream)
 
 
 def _values(g: torch.Generator, n: int) -> torch.Tensor:
@@ -61,7 +62,12 @@ def _values(g: torch.Generator, n: int) -> torch.Tensor:
 
 def embeddings(scenario: Scenario) -> torch.Tensor:
     """``[vocab, hidden]``: feature 0 is ``C0``; the rest a signed permutation of one vector, per token."""
-    g, size = _gen(scenario, 0), SIZES.hidden - 1
+    return _embeddings(scenario.seed).clone()  # a copy: the caller may change it
+
+
+@functools.lru_cache(maxsize=8)
+def _embeddings(seed: int) -> torch.Tensor:  # the seed's alone, the same for every method and plan: drawn once
+    g, size = _gen(seed, 0), SIZES.hidden - 1
     base = _values(g, size)
     perms = torch.argsort(torch.rand(SIZES.vocab, size, generator=g), dim=1)
     signs = torch.randint(0, 2, (SIZES.vocab, size), generator=g).float() * 2 - 1
@@ -144,13 +150,13 @@ def d2t_targets(scenario: Scenario) -> torch.Tensor:
     if scenario.d2t == "suffix":
         return torch.arange(v - dv, v)
     assert scenario.d2t == "spread", D2T_PLANS
-    return torch.randperm(v, generator=_gen(scenario, 3))[:dv].sort().values
+    return torch.randperm(v, generator=_gen(scenario.seed, 3))[:dv].sort().values
 
 
 def norm_weight(scenario: Scenario) -> torch.Tensor:
     if scenario.norm == "uniform":
         return torch.ones(SIZES.hidden)
-    return torch.exp2(torch.randint(-1, 2, (SIZES.hidden,), generator=_gen(scenario, 4)).float())
+    return torch.exp2(torch.randint(-1, 2, (SIZES.hidden,), generator=_gen(scenario.seed, 4)).float())
 
 
 def plan_tensors(scenario: Scenario, method: str | None) -> dict[str, dict[str, torch.Tensor]]:
@@ -158,7 +164,7 @@ def plan_tensors(scenario: Scenario, method: str | None) -> dict[str, dict[str, 
 
     ``method`` None is the target alone (an engine without speculation), as the same plan's target for ``method``
     would be for every method but EAGLE3, whose target keeps its unmapped rows out of reach."""
-    g_head, g_draft = _gen(scenario, 1), _gen(scenario, 2)
+    g_head, g_draft = _gen(scenario.seed, 1), _gen(scenario.seed, 2)
     norm, embed = norm_weight(scenario), embeddings(scenario)
     target_head = sparse_rows(g_head, SIZES.vocab)
     draft: dict[str, torch.Tensor] = {}
