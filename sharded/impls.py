@@ -61,6 +61,11 @@ MOVED = {
     **{f"engines.sglang.{m}": f"engines.sglang.subjects.{m}" for m in ("dflash_draft", "selector", "domino_rollout")},
     **{f"engines.sglang.{m}": f"engines.sglang.subjects.{m}" for m in ("eagle_verify", "dp_lm_head")},
 }
+# A release's findings that were a module before releases were data (engines/vllm/releases): old -> new MODULE:ATTR.
+MOVED_FINDINGS = {
+    "engines.vllm.release_0_33_0:FINDINGS": "engines.vllm.releases:vllm_0_33_0",
+    "engines.vllm.release_0_33_0_sampling:FINDINGS": "engines.vllm.releases:sampling_0_33_0",
+}
 
 # The project's own modules of implementations under test.  A repro file names the implementation it recorded;
 # replaying it imports that name only if it is a built-in or a public callable of one of these (``shipped``), since

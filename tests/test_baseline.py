@@ -1,4 +1,4 @@
-"""``--baseline``: a build judged against the listed releases' known causes (engines/vllm/causes/baseline.py,
+"""``--baseline``: a build judged against the listed releases' known causes (engines/vllm/releases/baseline.py,
 properties/harness/baseline.py).  A known cause claims a failure by subject, property and rule; the search goes on
 past what it claims; only what is new fails the run.  Without vLLM: the project's variant ``trtllm_style`` carries
 a listed page's cause (D3), and a broken path (tests/broken_builds.py) stands for a contributor's base build and
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from engines.vllm.causes.baseline import Baseline, answer, example_key, judged_against, releases_before, rule_class
+from engines.vllm.releases.baseline import Baseline, answer, example_key, judged_against, releases_before, rule_class
 from properties.argmax.diagnosis import NAN_NOT_MAX, TIE_HIGHER_RANK
 from properties.argmax.faults import SIGNED_ZERO
 from tests.suite import run_suite

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.versions import VLLM_RELEASES, VLLM_VERSION, installed_vllm, vllm_page
+from engines.versions import VLLM_VERSION, installed_vllm, vllm_page, vllm_releases
 from engines.vllm.subjects import layer
 from engines.vllm.subjects.layer import SHM_ENV, shm_unavailable
 from engines.vllm.wheel import shm
@@ -29,7 +29,7 @@ from tpargmax.report.page import render
 from tpargmax.report.subjects import static_runs
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = {release: ROOT / f"{vllm_page(release)}.md" for release in VLLM_RELEASES}
+PAGES = {release: ROOT / f"{vllm_page(release)}.md" for release in vllm_releases()}
 DATAS = {release: json.loads(page.with_suffix(".json").read_text(encoding="utf-8")) for release, page in PAGES.items()}
 DATA = DATAS[VLLM_VERSION]  # the default release's: its shared-memory rows ran
 INSTALLED = installed_vllm() if installed_vllm() in DATAS else VLLM_VERSION  # the page whose failures replay here
@@ -45,7 +45,7 @@ def failures(kind_prefix: str = "", data: dict | None = None) -> list[tuple[dict
     ]
 
 
-@pytest.mark.parametrize("release", VLLM_RELEASES)
+@pytest.mark.parametrize("release", vllm_releases())
 def test_the_page_is_what_the_report_renders_from_its_json(release):
     page = PAGES[release]
     assert page.read_text(encoding="utf-8") == render(DATAS[release]), (
@@ -53,7 +53,7 @@ def test_the_page_is_what_the_report_renders_from_its_json(release):
     )
 
 
-@pytest.mark.parametrize("release", VLLM_RELEASES)
+@pytest.mark.parametrize("release", vllm_releases())
 def test_the_page_judges_the_local_path_where_the_ranks_inputs_differ(release):
     """The local path gathers one (value, id) pair per rank and every rank reduces the same pairs, so its ranks agree
     and each token is the oracle's on the logits each rank computed: both pages show it, corrected rows too."""
@@ -63,7 +63,7 @@ def test_the_page_judges_the_local_path_where_the_ranks_inputs_differ(release):
             assert cells[name][test]["outcome"] == "passed", (name, test)
 
 
-@pytest.mark.parametrize("release", VLLM_RELEASES)
+@pytest.mark.parametrize("release", vllm_releases())
 def test_the_page_covers_every_kind_of_subject(release):
     data = DATAS[release]
     kinds = {row["kind"] for row in data["rows"] if row["cells"]}
@@ -72,7 +72,7 @@ def test_the_page_covers_every_kind_of_subject(release):
     assert data["title"] == f"vLLM {release} conformance"
 
 
-@pytest.mark.parametrize("release", VLLM_RELEASES)
+@pytest.mark.parametrize("release", vllm_releases())
 def test_every_failure_with_a_case_has_its_repro_file(release):
     for _, fail in failures(data=DATAS[release]):
         assert fail["repro_file"] is None or fail["repro_file"].startswith(f"repro/vllm-{release}/"), fail

@@ -16,7 +16,7 @@ from engines import sampling_page
 from engines.findings import failure_key
 from engines.sglang.causes import findings as sglang_findings
 from engines.tpu_inference.causes import findings as tpu_inference_findings
-from engines.vllm import release_0_33_0, release_0_33_0_sampling
+from engines.vllm import releases
 from engines.vllm.causes.findings import FINDINGS, PAGE
 from tests.suite import ROOT
 from tpargmax.report import findings as findings_page
@@ -24,9 +24,9 @@ from tpargmax.report.page import _failures
 
 PAGES = {
     PAGE: FINDINGS,
-    release_0_33_0.PAGE: release_0_33_0.FINDINGS,
+    releases.vllm_0_33_0.page: releases.vllm_0_33_0,
     sampling_page.PAGE: sampling_page.FINDINGS,
-    release_0_33_0_sampling.PAGE: release_0_33_0_sampling.FINDINGS,
+    releases.sampling_0_33_0.page: releases.sampling_0_33_0,
     tpu_inference_findings.PAGE: tpu_inference_findings.FINDINGS,
     sglang_findings.PAGE: sglang_findings.FINDINGS,
 }

@@ -53,7 +53,7 @@ def test_any_version_installs_into_its_own_venv_as_the_wheel_it_has(tmp_path):
     assert later[0][-1] == str(tmp_path / ".venv-vllm-0.34.0")
     assert later[2][2:] == ["pip", "install", "--no-deps", "vllm==0.34.0"]
     assert not any("triton==" in " ".join(step) for step in later)
-    assert iv.release_for("0.34.0") == iv.release_for("0.35.0.dev2") == iv.RELEASES["0.33.0"]
+    assert iv.release_for("0.34.0") == iv.release_for("0.35.0.dev2") == iv.releases()["0.33.0"]
 
 
 def test_what_is_no_version_is_a_usage_error_naming_it():

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from engines import versions
 from engines.findings import INHERITED, Cause, Findings, Patch, Reason, applied
-from engines.versions import VLLM_FINDINGS
-from engines.vllm import release_0_33_0
+from engines.vllm import releases
 from engines.vllm.causes.findings import FINDINGS
+from engines.vllm.releases import findings_spec
 from engines.vllm.subjects import models
 from engines.vllm.wheel.build import shipped
+from tests.suite import ROOT
 from tpargmax.report import changes as release_changes
 from tpargmax.report import command as report
-from tpargmax.report.subjects import SAMPLING_VLLM_FINDINGS
 
 
 class Base:
@@ -49,13 +50,13 @@ def test_each_release_has_its_page_findings_and_repro_folder(monkeypatch, instal
     title, findings, repro, packages = report.page_spec("vllm")
     release = installed or versions.VLLM_VERSION
     assert title == f"vLLM {release} conformance" and repro == f"repro/vllm-{release}"
-    assert findings == VLLM_FINDINGS[release] and packages == (() if release == versions.VLLM_VERSION else ("vllm",))
+    assert findings == findings_spec(release) and packages == (() if release == versions.VLLM_VERSION else ("vllm",))
     title, findings, repro, packages = report.page_spec("sampling")  # the samplers' page follows vLLM's samplers
     if release == versions.VLLM_VERSION:
         assert report.page_spec("sampling") == report.PAGES["sampling"]
     else:
         assert title.endswith(f", with vLLM {release}") and repro == f"repro/sampling-vllm-{release}"
-        assert findings == SAMPLING_VLLM_FINDINGS[release] and "vllm" in packages
+        assert findings == findings_spec(release, "sampling") and "vllm" in packages
     for page in ("tpu-inference", "sglang"):  # nor do the TPU and SGLang pages
         assert report.page_spec(page) == report.PAGES[page]
 
@@ -70,7 +71,7 @@ def test_a_build_no_page_lists_is_judged_against_the_release_before_it(monkeypat
     listed release only, and says so before anything runs."""
     monkeypatch.setattr(versions, "installed_vllm", lambda: "0.34.0.dev1")
     title, findings, repro, packages = report.page_spec("vllm")
-    assert title == "vLLM 0.34.0.dev1 conformance" and findings == VLLM_FINDINGS["0.33.0"]
+    assert title == "vLLM 0.34.0.dev1 conformance" and findings == findings_spec("0.33.0")
     assert repro == "repro/vllm-0.34.0.dev1" and packages == ("vllm",)
     with pytest.raises(ValueError, match="vLLM 0.34.0.dev1 is installed, and the samplers' page knows 0.32.0, 0.33.0"):
         report.page_spec("sampling")
@@ -84,21 +85,92 @@ def test_a_class_is_offered_only_by_the_releases_that_ship_it():
     assert shipped("", "0.32.0") and shipped("0.33.0", "0.33.0") and not shipped("0.33.0", "0.32.0")
     assert shipped("0.33.0", "0.40.1") and not shipped("0.40.0", "0.33.0")
     later = {name: subject.since for name, subject in models.EVERY.items() if subject.since}
-    assert set(later.values()) <= set(versions.VLLM_RELEASES[1:]), later
+    assert set(later.values()) <= set(versions.vllm_releases()[1:]), later
     assert {"MuseSpark1xForCausalLM", "DFlash2BeamForCausalLM", "Step5MTP"} <= set(later)
     assert models.RELEASE == versions.vllm_release()
     assert set(models.SUBJECTS) == {n for n, s in models.EVERY.items() if s.shipped_in(models.RELEASE)}
-    if models.RELEASE in versions.VLLM_RELEASES:  # another build offers what it holds (tests/test_vllm_builds.py)
+    if models.RELEASE in versions.vllm_releases():  # another build offers what it holds (tests/test_vllm_builds.py)
         assert (set(later) <= set(models.SUBJECTS)) == (models.RELEASE != versions.VLLM_VERSION)
 
 
 def test_0_33_0_carries_every_cause_of_0_32_0():
     """Each of 0.32.0's causes is on 0.33.0's page, with its reproduction; what 0.33.0 adds comes after them."""
-    previous = release_changes.previous_of(release_0_33_0.FINDINGS)
-    assert previous is FINDINGS and release_0_33_0.FINDINGS.page == versions.vllm_page("0.33.0")
-    carried = release_0_33_0.FINDINGS.causes[: len(FINDINGS.causes)]
+    previous = release_changes.previous_of(releases.vllm_0_33_0)
+    assert previous is FINDINGS and releases.vllm_0_33_0.page == versions.vllm_page("0.33.0")
+    carried = releases.vllm_0_33_0.causes[: len(FINDINGS.causes)]
     assert [(c.id, c.script, c.evidence) for c in carried] == [(c.id, c.script, c.evidence) for c in FINDINGS.causes]
-    assert {e.cause for e in release_0_33_0.FINDINGS.end_to_end} == {c.id for c in release_0_33_0.FINDINGS.causes}
+    assert {e.cause for e in releases.vllm_0_33_0.end_to_end} == {c.id for c in releases.vllm_0_33_0.causes}
+
+
+# the next release as its file: 0.33.0's causes carried (one of them with a failure of its page), one cause of its own
+NEXT = """\
+previous = "0.33.0"
+[install]
+gpu_only = ["torch", "flashinfer-python"]
+triton = "3.10.0"
+[vllm]
+no_engine = "no CPU wheel"
+[vllm.failures]
+V1 = [["test_token_exact-vllm-gloo-0000000000"], []]
+[[vllm.causes]]
+id = "V16"
+title = "a cause of 0.34.0's own"
+where = "vllm/model_executor/layers/logits_processor.py"
+severity = "shipped"
+reaches = "every draft"
+evidence = ["logits_processor.py:1: pass"]
+why = "a mechanism"
+failures = ["test_token_exact-vllm-gloo-1111111111"]
+script = "docs/conformance/vllm-0.34.0/V16-own.py"
+"""
+
+
+@pytest.fixture
+def next_release(tmp_path, monkeypatch):
+    """vLLM 0.34.0 listed beside the releases under test, by its file alone (no module)."""
+    folder = tmp_path / "releases"
+    folder.mkdir()
+    for path in versions.RELEASES.glob("*.toml"):
+        (folder / path.name).write_bytes(path.read_bytes())
+    (folder / "0.34.0.toml").write_text(NEXT, encoding="utf-8")
+    monkeypatch.setattr(versions, "RELEASES", folder)
+    monkeypatch.setattr(releases, "HERE", folder)
+    for cached in (releases.data, releases.findings):
+        cached.cache_clear()
+    yield tmp_path
+    for cached in (releases.data, releases.findings):
+        cached.cache_clear()
+
+
+def test_the_next_release_is_a_file_that_the_report_the_install_table_and_the_scripts_take(next_release, monkeypatch):
+    from engines.vllm.causes.script_catalog import SCRIPTS
+    from tpargmax.install import vllm as install
+    from tpargmax.report import findings as findings_page
+    from tpargmax.report import scripts
+
+    assert versions.vllm_releases() == ("0.32.0", "0.33.0", "0.34.0")
+    monkeypatch.setattr(versions, "installed_vllm", lambda: "0.34.0")
+    title, spec, repro, packages = report.page_spec("vllm")  # the report: its page, findings and repro folder
+    assert (title, spec, repro) == ("vLLM 0.34.0 conformance", "engines.vllm.releases:vllm_0_34_0", "repro/vllm-0.34.0")
+    found = findings_page.load({"findings": spec})
+    assert found.page == "docs/conformance/vllm-0.34.0" and release_changes.previous_of(found) is releases.vllm_0_33_0
+    assert [c.id for c in found.causes] == ["V1", "V16"] and found.claims()[
+        "test_token_exact-vllm-gloo-0000000000"
+    ].id == "V1"
+    assert {e.cause: e.why for e in found.end_to_end} == {"V1": "no CPU wheel", "V16": "no CPU wheel"}
+    assert install.release_for("0.34.0") == install.Release(("torch", "flashinfer-python"), "3.10.0")
+    assert install.release_for("0.33.5") == install.releases()["0.33.0"]
+    # the scripts' generator: the new cause's script from its catalog entry, a case of its release's repro folder
+    v14 = next(s for s in SCRIPTS if s.cause == "V14")
+    own = replace(v14, cause="V16", stem="V16-own", release="0.34.0")
+    (next_release / "repro" / "vllm-0.34.0").mkdir(parents=True)
+    for source in (ROOT / "repro" / "vllm-0.33.0").glob(f"{v14.repro}.*"):  # the record and its tensors
+        (next_release / "repro" / "vllm-0.34.0" / source.name).write_bytes(source.read_bytes())
+    text = scripts.render(own, root=next_release)
+    assert "a cause of 0.34.0's own" in text and "repro/vllm-0.34.0/" in text
+    assert scripts.path_of(own, next_release) == next_release / "docs/conformance/vllm-0.34.0/V16-own.py"
+    with pytest.raises(ValueError, match=r"no script for \['V16'\]"):  # a listed cause without its entry is named
+        scripts.scripts()
 
 
 # --- what became of the previous release's causes -----------------------------------------------------------------
@@ -174,11 +246,11 @@ def test_the_section_opens_with_every_previous_cause_and_names_what_is_new():
 def test_a_release_whose_engine_cannot_run_says_so_where_the_end_to_end_section_would_be():
     from tpargmax.report import e2e as report_e2e
 
-    text = "\n".join(report_e2e.section({}, release_0_33_0.FINDINGS))
+    text = "\n".join(report_e2e.section({}, releases.vllm_0_33_0))
+    NO_ENGINE = releases.data("0.33.0")["vllm"]["no_engine"]
     assert (
         text.startswith("## End to end")
-        and f"V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14**: not run: {release_0_33_0.NO_ENGINE}"
-        in text
+        and f"V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14**: not run: {NO_ENGINE}" in text
     )
     assert report_e2e.section({}, FINDINGS) == []  # 0.32.0's engine runs: a page without its run says nothing
 
@@ -205,12 +277,11 @@ def test_a_pages_release_is_its_findings_last_word_or_the_default():
     """What changed is measured since the release of the previous findings: a vLLM page names it; the samplers' page
     with the default release names none."""
     from engines import sampling_page
-    from engines.vllm import release_0_33_0, release_0_33_0_sampling
     from tpargmax.report.changes import previous_of, release_of
 
-    assert release_of(release_0_33_0.FINDINGS) == release_of(release_0_33_0_sampling.FINDINGS) == "0.33.0"
+    assert release_of(releases.vllm_0_33_0) == release_of(releases.sampling_0_33_0) == "0.33.0"
     assert release_of(sampling_page.FINDINGS) == versions.VLLM_VERSION
-    assert previous_of(release_0_33_0_sampling.FINDINGS) is sampling_page.FINDINGS
+    assert previous_of(releases.sampling_0_33_0) is sampling_page.FINDINGS
 
 
 def test_a_build_s_page_says_what_became_of_each_cause_and_what_is_new(tmp_path):
@@ -226,7 +297,7 @@ def test_a_build_s_page_says_what_became_of_each_cause_and_what_is_new(tmp_path)
     data = {
         "title": "vLLM 0.34.0.dev1 conformance",
         "command": "tpargmax report --rows =vllm",
-        "findings": VLLM_FINDINGS["0.33.0"],
+        "findings": findings_spec("0.33.0"),
         "versions": {"python": "3.11"},
         "budget": {"examples": 120, "backend": "gloo", "tps": [2, 4], "profile": "ci", "gloo_share": 0.0625},
         "rows": [

@@ -18,18 +18,19 @@ import torch
 
 from engines import sampling_page
 from engines.sglang.subjects import sampling as sglang_sampling
-from engines.versions import SGLANG_VERSION, VLLM_RELEASES, VLLM_VERSION, vllm_release
+from engines.versions import SGLANG_VERSION, VLLM_VERSION, vllm_release, vllm_releases
 from engines.versions import sampling_page as sampling_page_of
+from engines.vllm.releases import findings_spec
 from engines.vllm.wheel import triton_files
 from properties.repro import records as repro
 from tests.suite import ROOT, run_script
 from tpargmax.report import findings as findings_page
 from tpargmax.report import subjects as report_subjects
 from tpargmax.report.page import render
-from tpargmax.report.subjects import SAMPLING_VLLM_FINDINGS, sampling_runs
+from tpargmax.report.sampling import sampling_runs
 
 # each vLLM release's samplers' page: the default release's, and a later one's, whose rows are vLLM's and the built-ins
-PAGES = {release: ROOT / f"{sampling_page_of(release)}.md" for release in VLLM_RELEASES}
+PAGES = {release: ROOT / f"{sampling_page_of(release)}.md" for release in vllm_releases()}
 DATA = {release: json.loads(page.with_suffix(".json").read_text(encoding="utf-8")) for release, page in PAGES.items()}
 
 
@@ -48,7 +49,7 @@ def _missing(release: str) -> str | None:
 MISSING = _missing(VLLM_VERSION)
 
 
-@pytest.mark.parametrize("release", VLLM_RELEASES)
+@pytest.mark.parametrize("release", vllm_releases())
 def test_the_page_is_what_the_report_renders_from_its_json(release):
     page = PAGES[release]
     assert page.read_text(encoding="utf-8") == render(DATA[release]), (
@@ -56,7 +57,7 @@ def test_the_page_is_what_the_report_renders_from_its_json(release):
     )
 
 
-@pytest.mark.parametrize("release", VLLM_RELEASES)
+@pytest.mark.parametrize("release", vllm_releases())
 def test_every_subject_has_a_row_that_ran(monkeypatch, release):
     """Every subject of that release's runs has a row; each ran, but SGLang's where the release's environment has
     no SGLang (a later release's: its page says so)."""
@@ -68,14 +69,14 @@ def test_every_subject_has_a_row_that_ran(monkeypatch, release):
     assert unrun == [] if release == VLLM_VERSION else all(name.startswith("sglang_") for name in unrun), unrun
 
 
-@pytest.mark.parametrize("release", VLLM_RELEASES)
+@pytest.mark.parametrize("release", vllm_releases())
 def test_every_failure_with_a_case_has_its_repro_file(release):
     for _, fail in _failures(release):
         record, inputs = repro.load(ROOT / fail["repro_file"])
         assert (record["rule"], record["case"]) == (fail["rule"], fail["case"]), fail["repro_file"]
 
 
-@pytest.mark.parametrize("release", VLLM_RELEASES)
+@pytest.mark.parametrize("release", vllm_releases())
 def test_the_failures_still_fail_on_replay_with_the_rule_they_recorded(release):
     if _missing(release):
         pytest.skip(_missing(release))
@@ -90,14 +91,14 @@ def test_the_failures_still_fail_on_replay_with_the_rule_they_recorded(release):
 
 SCRIPTS = sorted((ROOT / "docs" / "conformance" / "sampling").glob("*.py"))
 # a later release's page keeps the scripts of the causes it adds in its own folder
-LATER = {release: sorted((ROOT / sampling_page_of(release)).glob("*.py")) for release in VLLM_RELEASES[1:]}
+LATER = {release: sorted((ROOT / sampling_page_of(release)).glob("*.py")) for release in vllm_releases()[1:]}
 
 
 def test_every_standalone_script_is_a_causes_and_every_causes_exists():
     named = {cause.script for cause in sampling_page.CAUSES if cause.script}
     assert named == {str(path.relative_to(ROOT)) for path in SCRIPTS}
     for release, scripts in LATER.items():
-        findings = findings_page.load({"findings": SAMPLING_VLLM_FINDINGS[release]})
+        findings = findings_page.load({"findings": findings_spec(release, "sampling")})
         named = {cause.script for cause in findings.causes if cause.script and release in cause.script}
         assert named == {str(path.relative_to(ROOT)) for path in scripts}, release
 

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from engines.versions import VLLM_VERSION, installed_vllm
+from engines.versions import VLLM_VERSION, installed_vllm, vllm_releases
+from engines.vllm import releases
 from engines.vllm.causes import scripts as templates
 from engines.vllm.causes.script_catalog import SCRIPTS, Script
 from engines.vllm.wheel import shm
@@ -54,9 +55,9 @@ def run_script(script: Script, **env: str) -> subprocess.CompletedProcess:
 
 def test_one_script_per_cause_from_a_failure_it_claims() -> None:
     scripts = standalone.scripts()
-    ids = [c.id for findings in standalone.BY_RELEASE.values() for c in findings.causes]
+    ids = [c.id for release in vllm_releases() for c in releases.findings(release, "vllm").causes]
     assert [s.cause for s in scripts] == list(dict.fromkeys(ids))
-    causes = {s.cause: next(c for c in standalone.BY_RELEASE[s.release].causes if c.id == s.cause) for s in scripts}
+    causes = {s.cause: next(c for c in releases.findings(s.release, "vllm").causes if c.id == s.cause) for s in scripts}
     for script in scripts:
         assert script.kind in templates.KINDS, script.cause
         assert bool(script.repro) != bool(script.case), f"{script.cause}: a repro file or a case, not both"
@@ -157,7 +158,7 @@ def test_script_fails_on_vllm(script: Script) -> None:
     if why := not_judged_here(script):
         assert done.returncode == 2 and lines == [unjudged(script, why)], done.stdout + done.stderr[-3000:]
         return
-    cause = next(c for c in standalone.BY_RELEASE[script.release].causes if c.id == script.cause)
+    cause = next(c for c in releases.findings(script.release, "vllm").causes if c.id == script.cause)
     assert done.returncode == 1, f"{path.name} exited {done.returncode}:\n{done.stdout}\n{done.stderr[-3000:]}"
     assert any(line.startswith("expected: ") for line in lines), done.stdout
     assert any(line.startswith("actual: ") for line in lines), done.stdout

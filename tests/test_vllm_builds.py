@@ -27,8 +27,8 @@ def test_the_pages_records_are_left_unjudged_on_a_build_no_page_records(monkeypa
     monkeypatch.setattr(versions, "installed_vllm", lambda: "0.34.0.dev1")
     why = versions.unlisted_vllm()
     assert why is not None and "vLLM 0.34.0.dev1 is installed" in why
-    assert all(release in why for release in versions.VLLM_RELEASES), why
-    for release in (*versions.VLLM_RELEASES, None):
+    assert all(release in why for release in versions.vllm_releases()), why
+    for release in (*versions.vllm_releases(), None):
         monkeypatch.setattr(versions, "installed_vllm", lambda release=release: release)
         assert versions.unlisted_vllm() is None
 

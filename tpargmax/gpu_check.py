@@ -38,7 +38,8 @@ from typing import Any
 from engines.versions import SGLANG_VERSION, VLLM_VERSION
 from tpargmax.report.command import ROOT, cells, run_once
 from tpargmax.report.page import LABELS, _failures, _table
-from tpargmax.report.subjects import Run, Subject, sampling_runs
+from tpargmax.report.sampling import sampling_runs
+from tpargmax.report.subjects import Run, Subject
 
 TRAP = "tests.broken:tf32_matmul"
 EXAMPLES = 60  # --max-examples per property: the whole record within 8 minutes on one H200

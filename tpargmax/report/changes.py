@@ -16,7 +16,7 @@ from typing import Any
 
 from engines.findings import Cause, Findings, Reason
 from engines.versions import VLLM_VERSION, installed_vllm
-from engines.vllm.causes.baseline import causes_of, run_script
+from engines.vllm.releases.baseline import causes_of, run_script
 from tpargmax.report.findings import Failure, anchor, load, numbers_of
 
 QUOTE = re.compile(r"^(?P<path>[\w./-]+\.py):(?P<line>\d+)(?:-(?P<last>\d+))?: (?P<code>.+)$")
@@ -175,8 +175,8 @@ def previous_of(findings: Findings) -> Findings | None:
 
 
 def baseline_section(data: dict[str, Any], failures: list[Failure], findings: Findings) -> list[str]:
-    """A build no page lists (``data["baseline"]``): each of the release's causes and reasons judged with it, by
-    what this run's failures it claimed (``--baseline``: ``engines/vllm/causes/baseline.py``), its reproduction and its
+    """A build no page lists (``data["baseline"]``): each of the release's causes and reasons judged with it, by what
+    this run's failures it claimed (``--baseline``: ``engines/vllm/releases/baseline.py``), its reproduction and its
     quoted lines; then what no known cause claims, new in this build."""
     since, release = data["baseline"]["since"], data["baseline"]["release"]
     changes, met = data["changes"], _met(data)

@@ -25,14 +25,14 @@ from typing import Any
 from engines.versions import (
     SGLANG_VERSION,
     TPU_INFERENCE_VERSION,
-    VLLM_FINDINGS,
-    VLLM_RELEASES,
     VLLM_VERSION,
     sampling_repro,
     vllm_release,
+    vllm_releases,
     vllm_repro,
 )
-from engines.vllm.causes.baseline import judged_against
+from engines.vllm.releases import findings_spec
+from engines.vllm.releases.baseline import judged_against
 from properties.harness.profiles import BACKEND_SHARE
 from tpargmax import ROOT
 from tpargmax.report import changes as release_changes
@@ -40,18 +40,17 @@ from tpargmax.report import e2e as report_e2e
 from tpargmax.report import findings as findings_page
 from tpargmax.report.page import render
 from tpargmax.report.runs import run_pytest
+from tpargmax.report.sampling import sampling_runs
 from tpargmax.report.saved import read_report
 from tpargmax.report.sglang import FINDINGS as SGLANG_FINDINGS
 from tpargmax.report.sglang import sglang_runs
 from tpargmax.report.subjects import (
     FINDINGS,
     SAMPLING_FINDINGS,
-    SAMPLING_VLLM_FINDINGS,
     TPU_FINDINGS,
     Run,
     Subject,
     model_runs,
-    sampling_runs,
     static_runs,
     tpu_inference_runs,
     xpress_runs,
@@ -93,12 +92,12 @@ def page_spec(page: str) -> tuple[str, str, str, tuple[str, ...]]:
     release = vllm_release()
     if page not in ("vllm", "sampling") or release == VLLM_VERSION:
         return PAGES[page]
-    if page == "sampling" and release not in VLLM_RELEASES:
-        raise ValueError(f"vLLM {release} is installed, and the samplers' page knows {', '.join(VLLM_RELEASES)}")
+    if page == "sampling" and release not in vllm_releases():
+        raise ValueError(f"vLLM {release} is installed, and the samplers' page knows {', '.join(vllm_releases())}")
     if page == "sampling":
         title = f"{PAGES[page][0]}, with vLLM {release}"
-        return (title, SAMPLING_VLLM_FINDINGS[release], sampling_repro(release), (*PAGES[page][3], "vllm"))
-    findings = VLLM_FINDINGS[judged_against(release) or release]
+        return (title, findings_spec(release, page), sampling_repro(release), (*PAGES[page][3], "vllm"))
+    findings = findings_spec(judged_against(release) or release)
     return (f"vLLM {release} conformance", findings, vllm_repro(release), ("vllm",))
 
 

@@ -12,19 +12,19 @@ import importlib
 from typing import Any
 
 from engines.findings import SEVERITIES, Cause, Findings, Reason, failure_key
-from sharded.impls import MOVED
+from sharded.impls import MOVED, MOVED_FINDINGS
 
-Failure = tuple[str, dict[str, Any], str, dict[str, Any]]  # (number, row, test, failure), as report_page numbers them
+Failure = tuple[str, dict[str, Any], str, dict[str, Any]]  # (number, row, test, failure), as the page numbers them
 Claims = dict[str, Cause | Reason]  # failure key -> what claims it: Findings.claims()
 
 
 def load(data: dict[str, Any]) -> Findings | None:
     """The findings the report names (``data["findings"]``, ``MODULE:ATTR``), or None; a module that moved since
-    the report was saved is found where it lives now (``sharded.impls.MOVED``)."""
+    the report was saved is found where it lives now (``sharded.impls.MOVED``, ``MOVED_FINDINGS``)."""
     spec = data.get("findings")
     if not spec:
         return None
-    module, _, attr = spec.partition(":")
+    module, _, attr = MOVED_FINDINGS.get(spec, spec).partition(":")
     return getattr(importlib.import_module(MOVED.get(module, module)), attr)
 
 

@@ -11,24 +11,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from engines.versions import vllm_releases
+from engines.vllm.releases import PAGES, findings_spec
 from properties.cases.case import shown
 from properties.repro.reader import one_line, read_json
+from sharded.impls import MOVED, MOVED_FINDINGS
 
 MAX_REPORT_BYTES = 64 * 2**20  # the committed vLLM report is about 1 MiB
-# the findings a page may name: the project's own, then the names reports recorded before their modules moved
-# (``engines.sampling_findings``: loaded through ``sharded.impls.MOVED``); a new report names the first three, or for a
-# later vLLM release its own (``engines.versions.VLLM_FINDINGS``)
+# the findings a page may name: the project's own, each listed vLLM release's (``engines.vllm.releases``), then the
+# names reports recorded before their modules moved (loaded through ``sharded.impls.MOVED`` and ``MOVED_FINDINGS``)
 FINDINGS = (
     "engines.vllm.causes.findings:FINDINGS",
     "engines.sampling_page:FINDINGS",
     "engines.tpu_inference.causes.findings:FINDINGS",
-    "engines.sampling_findings:FINDINGS",
-    "engines.tpu_inference_findings:FINDINGS",
-    "engines.vllm.release_0_33_0:FINDINGS",
-    "engines.vllm.release_0_33_0_sampling:FINDINGS",
     "engines.sglang.causes.findings:FINDINGS",
-    "engines.vllm.findings:FINDINGS",
-    "engines.sglang.findings:FINDINGS",
+    *(findings_spec(release, page) for release in vllm_releases() for page in PAGES),
+    *MOVED_FINDINGS,
+    *(f"{old}:FINDINGS" for old, new in MOVED.items() if new.endswith("findings") or new == "engines.sampling_page"),
 )
 OUTCOMES = ("passed", "failed", "skipped")
 OPTIONS = ("--impl", "--topk-impl", "--sampling-impl")

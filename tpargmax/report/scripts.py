@@ -1,7 +1,7 @@
 """Write each vLLM cause's standalone reproduction script from its shrunk case: ``python -m tpargmax.report.scripts``.
 
 The templates and the choice of case per cause are ``engines.vllm.causes.scripts``'s; the titles are the causes' own
-(each release's findings, ``engines.versions.VLLM_FINDINGS``); the tensors come from the committed repro file
+(each release's findings, ``engines.vllm.releases``); the tensors come from the committed repro file
 (``properties.repro.records.load``), or from the case's seed where the failure has none, written out in the
 script so that it needs nothing of this project.  ``--check`` exits 1 where a committed script is not what this
 would write.
@@ -21,18 +21,16 @@ from string import Template
 
 import torch
 
-from engines.versions import VLLM_FINDINGS, VLLM_VERSION, vllm_page, vllm_repro
+from engines.versions import VLLM_VERSION, vllm_page, vllm_releases, vllm_repro
 from engines.vllm.causes import scripts as templates
 from engines.vllm.causes.script_catalog import SCRIPTS, Script
+from engines.vllm.releases import findings
 from engines.vllm.wheel import shm
 from properties.cases.case import Case
 from properties.cases.tensors import build
 from properties.repro.records import load
 from tpargmax import ROOT
-from tpargmax.report import findings as findings_page
 
-# each release's findings, where its scripts' causes are (the report's map, loaded)
-BY_RELEASE = {release: findings_page.load({"findings": spec}) for release, spec in VLLM_FINDINGS.items()}
 WIDTH = 120  # the project's line length: the scripts pass its ruff check
 
 
@@ -159,7 +157,7 @@ def reductions(script: Script, src: Source) -> str:
 
 def render(script: Script, root: Path = ROOT) -> str:
     """The text of ``script``'s file."""
-    cause = next(c for c in BY_RELEASE[script.release].causes if c.id == script.cause)
+    cause = next(c for c in findings(script.release, "vllm").causes if c.id == script.cause)
     kind = templates.KINDS[script.kind]
     src = source(script, root)
     tp = script.tp or src.tp
@@ -226,7 +224,7 @@ def scripts() -> list[Script]:
     """One script a cause, in the causes' order (a later release's new causes after the first's); a ValueError names
     a cause without one, or a script without a cause."""
     by_cause = {script.cause: script for script in SCRIPTS}
-    ids = list(dict.fromkeys(cause.id for findings in BY_RELEASE.values() for cause in findings.causes))
+    ids = list(dict.fromkeys(c.id for release in vllm_releases() for c in findings(release, "vllm").causes))
     missing, unknown = [i for i in ids if i not in by_cause], sorted(set(by_cause) - set(ids))
     if missing or unknown or len(by_cause) != len(SCRIPTS):
         raise ValueError(f"engines.vllm.causes.script_catalog.SCRIPTS: no script for {missing}, no cause for {unknown}")

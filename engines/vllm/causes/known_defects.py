@@ -3,7 +3,7 @@
 A build whose change corrected one cause still fails for the others, often under rules its release's page never
 recorded (with V3 corrected, 0.32.0's misnumbered added ids run past ``d2t``'s end instead).  So a failure of the
 layer's local path (``--impl vllm``) is the known causes' where this model, with some of them in place, fails the
-same example the same way (``engines.vllm.causes.baseline``): a tie the build sends to the higher rank, which no cause
+same example the same way (``engines.vllm.releases.baseline``): a tie the build sends to the higher rank, which no cause
 describes, stays new.
 
 The model is the path the release's ``LogitsProcessor.get_top_tokens`` and ``LocalArgmaxMixin`` take, in the

@@ -72,7 +72,7 @@ from typing import Any
 import torch
 
 from engines.findings import Patch
-from engines.versions import VLLM_RELEASES, installed_vllm, release_key
+from engines.versions import installed_vllm, release_key, vllm_releases
 from engines.vllm.wheel import triton_files
 from reference.checks import check_d2t
 from sharded import triton_env
@@ -109,8 +109,8 @@ def why_unavailable() -> str | None:
         return f"{SUBJECT} need vLLM {SINCE} or later, with Triton and NumPy: {INSTALL}"
     if _before(have, SINCE):
         return f"vLLM {have} is installed, without {SUBJECT} ({XPRESS} ships from vLLM {SINCE} on): {INSTALL}"
-    if have not in VLLM_RELEASES:
-        return f"vLLM {have} is installed, the releases under test are {' and '.join(VLLM_RELEASES)}: {INSTALL}"
+    if have not in vllm_releases():
+        return f"vLLM {have} is installed, the releases under test are {' and '.join(vllm_releases())}: {INSTALL}"
     root = triton_files.vllm_dir()
     if root is None or not (root / XPRESS).is_file():
         return f"vLLM {have}'s wheel has no {XPRESS} ({SUBJECT} ship from vLLM {SINCE} on)"
@@ -220,7 +220,7 @@ def patches() -> tuple[Patch, ...]:
     """V15's correction on vLLM itself, for a process that runs corrected code only (a standalone reproduction run
     with the corrections): the ``_topk`` that ``qwen3_xpress`` calls, replaced; none before 0.33.0 (no XPress)."""
     have = installed_vllm()
-    if have is None or _before(have, SINCE) or have not in VLLM_RELEASES:
+    if have is None or _before(have, SINCE) or have not in vllm_releases():
         return ()
     return (Patch("vllm.model_executor.models.qwen3_xpress:_topk", topk_by_id),)
 

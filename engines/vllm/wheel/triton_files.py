@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-from engines.versions import VLLM_RELEASES, VLLM_VERSION, installed_vllm
+from engines.versions import VLLM_VERSION, installed_vllm, vllm_releases
 from sharded import triton_env
 from sharded.triton_env import TRITON_LOCK
 
@@ -51,12 +51,13 @@ def _installed(name: str) -> str | None:
 
 def why_unavailable() -> str | None:
     """Why vLLM's Triton samplers cannot run here (no vLLM release under test, no Triton or NumPy, no GPU nor
-    interpreter).  Every release in ``VLLM_RELEASES`` runs them: each subject reads the installed release's files."""
+    interpreter).  Every release in ``engines/vllm/releases`` runs them: each subject reads the installed release's
+    files."""
     have = installed_vllm()
     if have is None or vllm_dir() is None:
         return INSTALL_HINT
-    if have not in VLLM_RELEASES:
-        return f"vllm {have} is installed, the subjects are vLLM {' and '.join(VLLM_RELEASES)}'s: {INSTALL_HINT}"
+    if have not in vllm_releases():
+        return f"vllm {have} is installed, the subjects are vLLM {' and '.join(vllm_releases())}'s: {INSTALL_HINT}"
     return triton_env.why_unavailable("vLLM's Triton samplers", INSTALL_COMMAND)
 
 

@@ -1,7 +1,7 @@
 """Known causes as a baseline: a build of vLLM judged against what the listed releases' pages already claim.
 
 A contributor's build fails where its release did (V1, V3...); what matters to them is what is *new*.  A failure is
-a known cause's where a listed release's page (``VLLM_FINDINGS``) has a failure of the same subject (its option,
+a known cause's where a listed release's page (``engines.vllm.releases``) has a failure of the same subject (its option,
 spec and environment), the same property and the same rule (:func:`rule_class`: the rule without its case's numbers;
 for an exception on valid input, its type) that the cause claims.  The rule is the mechanism as the diagnosis named
 it (``properties.argmax.diagnosis``, ``faults``), so a tie sent to the higher rank is never taken for V1's
@@ -23,7 +23,6 @@ runs and exits 0.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import re
 import subprocess
@@ -32,8 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engines.findings import Cause, Findings, Reason, failure_key
-from engines.versions import VLLM_FINDINGS, VLLM_RELEASES, installed_vllm, release_key, vllm_page
+from engines.findings import Cause, Reason, failure_key
+from engines.versions import installed_vllm, release_key, vllm_page, vllm_releases
+from engines.vllm.releases import findings as release_findings
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT_TIMEOUT = 600.0  # a script's own limit is 300 s for its ranks; vLLM's import comes before it
@@ -100,24 +100,19 @@ def own_run(release: str) -> str:
     return f"{vllm_page(release)}-baseline.json"
 
 
-def load_findings(path: str) -> Findings:
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def releases_before(version: str | None) -> tuple[str, ...]:
     """The listed releases a build's baseline holds, latest first: those at or before it (every one for a build
     past them or none installed)."""
     if version is None:
-        return tuple(reversed(VLLM_RELEASES))
+        return tuple(reversed(vllm_releases()))
     key = release_key(version)
-    return tuple(r for r in reversed(VLLM_RELEASES) if release_key(r) <= key) or (VLLM_RELEASES[0],)
+    return tuple(r for r in reversed(vllm_releases()) if release_key(r) <= key) or (vllm_releases()[0],)
 
 
 def judged_against(version: str | None) -> str | None:
     """The listed release a build no page lists is judged against (the latest at or before it); None for a listed
     release, or where no vLLM is installed."""
-    return None if version is None or version in VLLM_RELEASES else releases_before(version)[0]
+    return None if version is None or version in vllm_releases() else releases_before(version)[0]
 
 
 @dataclass
@@ -136,7 +131,7 @@ class Baseline:
         """The releases' pages and own runs, and ``runs`` (other builds' runs ``--baseline-record`` wrote)."""
         base = cls(releases)
         for release in releases:  # latest first: a later page's claim stands
-            findings = load_findings(VLLM_FINDINGS[release])
+            findings = release_findings(release, "vllm")
             claims = findings.claims()
             for item in (*findings.causes, *findings.reasons):
                 base.causes.setdefault(item.id, item)
@@ -203,11 +198,11 @@ def baseline_for(choice: str) -> Baseline:
     build's run that ``--baseline-record`` wrote (with the releases at or before that build)."""
     if choice == "auto":
         return Baseline.of(releases_before(installed_vllm()))
-    if choice in VLLM_RELEASES:
+    if choice in vllm_releases():
         return Baseline.of(releases_before(choice))
     path = Path(choice)
     if not path.is_file():
-        raise ValueError(f"--baseline {choice}: a listed vLLM release ({', '.join(VLLM_RELEASES)}), auto, or a file")
+        raise ValueError(f"--baseline {choice}: a listed vLLM release ({', '.join(vllm_releases())}), auto, or a file")
     try:
         release = json.loads(path.read_text(encoding="utf-8"))["release"]
         return Baseline.of(releases_before(release), runs=(path,))
