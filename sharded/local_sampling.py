@@ -19,6 +19,8 @@ the gathered words itself, in rank order, so no NaN meets a collective's max and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -111,9 +113,9 @@ def gathered_sample(logits, layout: ShardLayout, group: TPGroup, d2t, sampling: 
     return classic_answer(draft, sampling, d2t, target_vocab, noise)
 
 
-def gumbel_pairs_with(noise: Noise, name: str = "gumbel_pairs"):
-    """:func:`gumbel_pairs` drawing ``noise`` (over global target ids) instead of the contract's, declared as
-    ``fn.noise`` so that the oracle draws the same: for samplers whose engine has its own noise."""
+def sampler(body: Callable[..., Any], name: str, doc: str | None) -> Callable[..., Any]:
+    """A subject of the sampling contract named ``name``: ``body(hidden, weight, bias, layout, sampling, scale,
+    soft_cap, d2t, group)`` behind the contract's signature, the one every sampler has (``sharded.impls`` reads it)."""
 
     def impl(
         hidden: torch.Tensor,
@@ -127,10 +129,18 @@ def gumbel_pairs_with(noise: Noise, name: str = "gumbel_pairs"):
         d2t: torch.Tensor | None = None,
         group: TPGroup,
     ):
-        return _pairs(hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group, noise)
+        return body(hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group)
 
     impl.__name__ = impl.__qualname__ = name
-    impl.__doc__ = _pairs.__doc__
+    impl.__doc__ = doc
+    return impl
+
+
+def gumbel_pairs_with(noise: Noise, name: str = "gumbel_pairs"):
+    """:func:`gumbel_pairs` drawing ``noise`` (over global target ids) instead of the contract's, declared as
+    ``fn.noise`` so that the oracle draws the same: for samplers whose engine has its own noise."""
+
+    impl = sampler(lambda *args: _pairs(*args, noise), name, _pairs.__doc__)
     impl.noise, impl.masks = noise, False  # temperature only: the properties draw no top-k or top-p for it
     return impl
 

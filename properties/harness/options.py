@@ -18,24 +18,17 @@ from sharded.local_top_k import DEFAULT_TOPK_IMPLS, TOPK_BUILTINS
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("tpargmax")
-    group.addoption(
-        "--impl",
-        default=os.environ.get(IMPL_ENV),
-        help=f"implementation(s) under test, comma-separated: {sorted(BUILTINS)} or MODULE:ATTR "
-        f"(default: {','.join(DEFAULT_IMPLS)}; env {IMPL_ENV})",
-    )
-    group.addoption(
-        "--topk-impl",
-        default=os.environ.get(TOPK_IMPL_ENV),
-        help=f"top-k implementation(s) under test, comma-separated: {sorted(TOPK_BUILTINS)} or MODULE:ATTR "
-        f"(default: {','.join(DEFAULT_TOPK_IMPLS)}; env {TOPK_IMPL_ENV})",
-    )
-    group.addoption(
-        "--sampling-impl",
-        default=os.environ.get(SAMPLING_IMPL_ENV),
-        help=f"sampler(s) under test, comma-separated: {sorted(SAMPLING_BUILTINS)} or MODULE:ATTR "
-        f"(default: {','.join(DEFAULT_SAMPLING_IMPLS)}; env {SAMPLING_IMPL_ENV})",
-    )
+    for flag, env, builtins, default, what in (
+        ("--impl", IMPL_ENV, BUILTINS, DEFAULT_IMPLS, "implementation(s)"),
+        ("--topk-impl", TOPK_IMPL_ENV, TOPK_BUILTINS, DEFAULT_TOPK_IMPLS, "top-k implementation(s)"),
+        ("--sampling-impl", SAMPLING_IMPL_ENV, SAMPLING_BUILTINS, DEFAULT_SAMPLING_IMPLS, "sampler(s)"),
+    ):
+        group.addoption(
+            flag,
+            default=os.environ.get(env),
+            help=f"{what} under test, comma-separated: {sorted(builtins)} or MODULE:ATTR "
+            f"(default: {','.join(default)}; env {env})",
+        )
     group.addoption(
         "--heads",
         default=os.environ.get("TPARGMAX_HEADS", "all"),

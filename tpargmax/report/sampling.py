@@ -30,11 +30,8 @@ def sampling_runs() -> list[Run]:
     # candidate samplers leave it to a GPU (the page's notes say so), and run every other case.
     top_k_tests = () if not interpret else (*SAMPLING, "-k", f"not {LEFT_TO_A_GPU}")
     token_tests = () if not interpret else (*SAMPLING, "-k", TOKEN_PROPERTIES)
-    vllm_needs, sglang_needs = (
-        "engines.vllm.wheel.triton_files:why_unavailable",
-        "engines.sglang.subjects.sampling:why_unavailable",
-    )
-    kernel = "vLLM kernel"
+    vllm_needs, kernel = "engines.vllm.wheel.triton_files:why_unavailable", "vLLM kernel"
+    sglang_needs = "engines.sglang.subjects.sampling:why_unavailable"
     runs = [
         Run(
             (

@@ -191,11 +191,8 @@ def xpress_runs() -> list[Run]:
     interpreter, with a collective timeout for its speed (``vllm_xpress_argmax_chunk64`` is left out: its 2**24-id
     case takes hours under the interpreter).  A release before 0.33.0 has none of them (``Subject.since``)."""
     interpret, slow = triton_rows()
-    needs, kernel, module = (
-        "engines.vllm.subjects.xpress_argmax:why_unavailable",
-        "vLLM kernel",
-        "engines.vllm.xpress_argmax",
-    )
+    module, kernel = "engines.vllm.xpress_argmax", "vLLM kernel"  # the recorded name: the page's keys stay
+    needs = f"{module}:why_unavailable"
     subjects = (
         Subject(
             f"{module}:vllm_xpress_argmax",

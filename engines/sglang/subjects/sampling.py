@@ -79,7 +79,7 @@ from reference.sampling import SamplingParams, gumbel_noise, scaled
 from sharded.group import TPGroup
 from sharded.keys import encode_keys
 from sharded.layout import ShardLayout, every_rank
-from sharded.local_sampling import gathered_sample, shard_tokens
+from sharded.local_sampling import gathered_sample, sampler, shard_tokens
 from sharded.triton_env import on_kernel_device
 
 __all__ = [
@@ -180,20 +180,11 @@ def _candidates(hidden, weight, bias, layout: ShardLayout, k: int, rows: torch.T
         RANK.reset(token)
 
 
-def sglang_candidate_topk(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    layout: ShardLayout,
-    *,
-    sampling: SamplingParams,
-    scale: float = 1.0,
-    soft_cap: float | None = None,
-    d2t: torch.Tensor | None = None,
-    group: TPGroup,
-):
-    """SGLang's ``candidate_topk`` with its log-normaliser, and the contract's draw over the kept candidates."""
-    return _draw(_candidates, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group)
+sglang_candidate_topk = sampler(
+    lambda *args: _draw(_candidates, *args),
+    "sglang_candidate_topk",
+    """SGLang's ``candidate_topk`` with its log-normaliser, and the contract's draw over the kept candidates.""",
+)
 
 
 def _draw(candidates_fn, hidden, weight, bias, layout: ShardLayout, sampling, scale, soft_cap, d2t, group):
@@ -238,18 +229,7 @@ def _sglang_seeded(probs: torch.Tensor, top_k: torch.Tensor, seed: torch.Tensor)
     return out.long()
 
 
-def sglang_candidate_topk_seeded(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    layout: ShardLayout,
-    *,
-    sampling: SamplingParams,
-    scale: float = 1.0,
-    soft_cap: float | None = None,
-    d2t: torch.Tensor | None = None,
-    group: TPGroup,
-):
+def _seeded(hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group):
     """SGLang's ``candidate_topk``, then SGLang's seeded top-k sampler over the candidates (noise by sort rank)."""
     _check(hidden, weight, bias, layout, scale, soft_cap, d2t, sampling)
     logits, _, _ = shard_tokens(hidden, weight, bias, layout, scale, soft_cap, d2t, sampling)
@@ -277,6 +257,9 @@ def sglang_candidate_topk_seeded(
     return tokens, None, None, notes
 
 
+sglang_candidate_topk_seeded = sampler(_seeded, "sglang_candidate_topk_seeded", _seeded.__doc__)
+
+
 def _candidates_corrected(hidden, weight, bias, layout: ShardLayout, k: int, rows: torch.Tensor, group: TPGroup):
     """``candidate_topk`` with its two findings corrected (ours, not SGLang's): each rank's top k and the merge
     over ranks keep the first of equal values (a stable descending sort: NaN first, then the smaller id, ranks in
@@ -296,22 +279,11 @@ def _candidates_corrected(hidden, weight, bias, layout: ShardLayout, k: int, row
     return gathered_ids.gather(-1, merged.indices[:, :k]), merged.values[:, :k], lse
 
 
-def sglang_candidate_topk_corrected(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    layout: ShardLayout,
-    *,
-    sampling: SamplingParams,
-    scale: float = 1.0,
-    soft_cap: float | None = None,
-    d2t: torch.Tensor | None = None,
-    group: TPGroup,
-):
-    """:func:`sglang_candidate_topk` over :func:`_candidates_corrected` (a correction, not SGLang's code)."""
-    return _draw(_candidates_corrected, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group)
-
-
+sglang_candidate_topk_corrected = sampler(
+    lambda *args: _draw(_candidates_corrected, *args),
+    "sglang_candidate_topk_corrected",
+    """:func:`sglang_candidate_topk` over :func:`_candidates_corrected` (a correction, not SGLang's code).""",
+)
 for _fn in (sglang_candidate_topk, sglang_candidate_topk_seeded, sglang_candidate_topk_corrected):
     _fn.head = HEAD
     _fn.start = _start

@@ -204,6 +204,4 @@ tpu_inference_classic_corrected, tpu_inference_distributed_corrected = (
 # corrections change which tokens are kept, not the noise or the paths.
 tpu_inference_classic_corrected.__dict__.update(original.tpu_inference_classic.__dict__)
 tpu_inference_distributed_corrected.__dict__.update(original.tpu_inference_distributed.__dict__)
-tpu_inference_distributed_corrected.classic_path = (
-    "engines.tpu_inference.corrections.masks:tpu_inference_classic_corrected"
-)
+tpu_inference_distributed_corrected.classic_path = f"{__name__}:tpu_inference_classic_corrected"

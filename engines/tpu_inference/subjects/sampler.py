@@ -23,13 +23,15 @@ build context (thread-local) is absent, so the property records the notes on the
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from engines.tpu_inference.wheel import adapter as tpu
-from reference.sampling import SamplingParams, target_logits
+from reference.sampling import target_logits
 from sharded.group import TPGroup
 from sharded.layout import ShardLayout
-from sharded.local_sampling import gathered_logits, shard_tokens
+from sharded.local_sampling import gathered_logits, sampler, shard_tokens
 
 __all__ = ["tpu_inference_classic", "tpu_inference_distributed"]
 
@@ -86,23 +88,7 @@ def on_mesh(name: str, distributed: bool, sample, doc: str):
     """A subject of the sampling contract that runs ``sample`` (the adapter's, or the corrected one) on the mesh,
     ``allow_distributed_sampling=distributed``."""
 
-    def subject(
-        hidden: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        layout: ShardLayout,
-        *,
-        sampling: SamplingParams,
-        scale: float = 1.0,
-        soft_cap: float | None = None,
-        d2t: torch.Tensor | None = None,
-        group: TPGroup,
-    ):
-        return run_on_mesh(distributed, sample, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, group)
-
-    subject.__name__ = subject.__qualname__ = name
-    subject.__doc__ = doc
-    return subject
+    return sampler(functools.partial(run_on_mesh, distributed, sample), name, doc)
 
 
 tpu_inference_classic = on_mesh(

@@ -77,8 +77,8 @@ from engines.vllm.subjects.gumbel import vllm_noise
 from engines.vllm.subjects.layer import SHM_ENV, start_vllm, vllm_head
 from engines.vllm.wheel.triton_files import DFLASH2, vllm_dir, why_unavailable
 from reference.sampling import SamplingParams
-from sharded.group import TPGroup
 from sharded.layout import ShardLayout
+from sharded.local_sampling import sampler
 from sharded.triton_env import TRITON_LOCK, interpreting, on_kernel_device
 
 __all__ = [
@@ -306,58 +306,26 @@ def _fixed_top_k(processor, head, hidden, k, bias, *, return_log_probs):
     return get_top_k_tokens(processor, head, hidden, k, bias, return_log_probs=return_log_probs)
 
 
-def vllm_dflash2_sampler(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    layout: ShardLayout,
-    *,
-    sampling: SamplingParams,
-    scale: float = 1.0,
-    soft_cap: float | None = None,
-    d2t: torch.Tensor | None = None,
-    group: TPGroup,
-):
+vllm_dflash2_sampler = sampler(
+    lambda *args: _sample(_vllm_top_k, *args[:-1]),
+    "vllm_dflash2_sampler",
     """vLLM's ``get_top_k_tokens`` (plain and ``return_log_probs=True``), then ``CandidateSampler.sample``'s walk
-    over the unary logits, and the rejection sampler's draft log-probability (module docstring)."""
-    return _sample(_vllm_top_k, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t)
-
-
-def vllm_dflash2_sampler_corrected(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    layout: ShardLayout,
-    *,
-    sampling: SamplingParams,
-    scale: float = 1.0,
-    soft_cap: float | None = None,
-    d2t: torch.Tensor | None = None,
-    group: TPGroup,
-):
+    over the unary logits, and the rejection sampler's draft log-probability (module docstring).""",
+)
+vllm_dflash2_sampler_corrected = sampler(
+    lambda *args: _sample(_fixed_top_k, *args[:-1]),
+    "vllm_dflash2_sampler_corrected",
     """:func:`vllm_dflash2_sampler` over ``engines.vllm.corrections.processor.get_top_k_tokens`` (the project's
-    correction of
-    causes V1 and V3-V10), vLLM's walk and log-probability code unchanged."""
-    return _sample(_fixed_top_k, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t)
-
-
-def vllm_dflash2_sampler_step2(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    layout: ShardLayout,
-    *,
-    sampling: SamplingParams,
-    scale: float = 1.0,
-    soft_cap: float | None = None,
-    d2t: torch.Tensor | None = None,
-    group: TPGroup,
-):
+    correction of causes V1 and V3-V10), vLLM's walk and log-probability code unchanged.""",
+)
+vllm_dflash2_sampler_step2 = sampler(
+    lambda *args: _sample(_vllm_top_k, *args[:-1], steps=2),
+    "vllm_dflash2_sampler_step2",
     """:func:`vllm_dflash2_sampler` judged at the walk's second draft step: the same candidates and unary scores at
     both steps, position 0 at both, so the step's draw differs from the first only by the seed the release keys it
     with (``spec_step_seed(seed, 1)`` from vLLM 0.33.0 on); its log-probability from the rejection sampler's
-    statistics at draft step 1."""
-    return _sample(_vllm_top_k, hidden, weight, bias, layout, sampling, scale, soft_cap, d2t, steps=2)
+    statistics at draft step 1.""",
+)
 
 
 def _needs() -> str | None:

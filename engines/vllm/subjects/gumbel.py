@@ -28,9 +28,8 @@ import torch
 from engines.vllm.wheel.triton_files import why_unavailable
 from reference.checks import InvalidInput
 from reference.sampling import SamplingParams
-from sharded.group import TPGroup
 from sharded.layout import ShardLayout
-from sharded.local_sampling import shard_tokens
+from sharded.local_sampling import sampler, shard_tokens
 from sharded.triton_env import TRITON_LOCK, on_kernel_device
 
 __all__ = ["vllm_gumbel_as_shipped", "vllm_gumbel_sharded", "vllm_gumbel_sharded_corrected", "why_unavailable"]
@@ -92,18 +91,7 @@ def _by_id(gathered: torch.Tensor) -> torch.Tensor:
 
 
 def _gumbel(keys_by_id: bool, name: str, reduce=_by_rank):
-    def impl(
-        hidden: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        layout: ShardLayout,
-        *,
-        sampling: SamplingParams,
-        scale: float = 1.0,
-        soft_cap: float | None = None,
-        d2t: torch.Tensor | None = None,
-        group: TPGroup,
-    ) -> torch.Tensor:
+    def body(hidden, weight, bias, layout: ShardLayout, sampling: SamplingParams, scale, soft_cap, d2t, group):
         _, values, targets = shard_tokens(hidden, weight, bias, layout, scale, soft_cap, d2t, sampling)
         masked = ((sampling.top_k > 0) & (sampling.top_k < layout.vocab)) | (sampling.top_p < 1)
         if bool((masked & ~sampling.greedy).any()):
@@ -113,7 +101,7 @@ def _gumbel(keys_by_id: bool, name: str, reduce=_by_rank):
         gathered = group.all_gather(torch.stack([value, token.double()], dim=1))  # [tp, B, 2]
         return reduce(gathered)
 
-    impl.__name__ = impl.__qualname__ = name
+    impl = sampler(body, name, None)
     impl.noise, impl.masks = vllm_noise(), False
     impl.start = lambda group: _kernels()  # loads vLLM's file and builds nothing else: outside the timeout
     impl.needs = why_unavailable  # vLLM's Triton file, and a GPU or Triton's interpreter

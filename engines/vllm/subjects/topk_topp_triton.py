@@ -77,7 +77,7 @@ from reference.oracle import tokens_from_draft_logits
 from reference.sampling import SamplingParams, gumbel_noise, log_probs, scaled, target_logits
 from sharded.group import TPGroup
 from sharded.layout import ShardLayout
-from sharded.local_sampling import gathered_logits, shard_tokens
+from sharded.local_sampling import gathered_logits, sampler, shard_tokens
 from sharded.triton_env import TRITON_LOCK, interpreting, on_kernel_device
 
 __all__ = ["vllm_topk_topp_triton", "vllm_topk_topp_triton_corrected", "vllm_topk_topp_triton_split", "why_unavailable"]
@@ -210,22 +210,11 @@ def _draw(logits, layout: ShardLayout, group: TPGroup, d2t, sampling: SamplingPa
 
 
 def _subject(name: str, split: bool, corrected: bool = False):
-    def impl(
-        hidden: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        layout: ShardLayout,
-        *,
-        sampling: SamplingParams,
-        scale: float = 1.0,
-        soft_cap: float | None = None,
-        d2t: torch.Tensor | None = None,
-        group: TPGroup,
-    ):
+    def body(hidden, weight, bias, layout: ShardLayout, sampling: SamplingParams, scale, soft_cap, d2t, group):
         logits, _, _ = shard_tokens(hidden, weight, bias, layout, scale, soft_cap, d2t, sampling)
         return _draw(logits, layout, group, d2t, sampling, split, corrected)
 
-    impl.__name__ = impl.__qualname__ = name
+    impl = sampler(body, name, None)
     impl.masks = ("top_p",) if split else True
     impl.start = lambda group: _module(corrected)  # loads vLLM's file: outside the collective timeout
     impl.needs = why_unavailable  # vLLM's Triton file, and a GPU or Triton's interpreter
