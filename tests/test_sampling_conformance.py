@@ -25,9 +25,8 @@ from engines.vllm.wheel import triton_files
 from properties.repro import records as repro
 from tests.suite import ROOT, run_script
 from tpargmax.report import findings as findings_page
-from tpargmax.report import subjects as report_subjects
+from tpargmax.report import sampling as sampling_rows
 from tpargmax.report.page import render
-from tpargmax.report.sampling import sampling_runs
 
 # each vLLM release's samplers' page: the default release's, and a later one's, whose rows are vLLM's and the built-ins
 PAGES = {release: ROOT / f"{sampling_page_of(release)}.md" for release in vllm_releases()}
@@ -61,8 +60,8 @@ def test_the_page_is_what_the_report_renders_from_its_json(release):
 def test_every_subject_has_a_row_that_ran(monkeypatch, release):
     """Every subject of that release's runs has a row; each ran, but SGLang's where the release's environment has
     no SGLang (a later release's: its page says so)."""
-    monkeypatch.setattr(report_subjects, "vllm_release", lambda: release)
-    subjects = {s.label for run in sampling_runs() for s in run.subjects}
+    monkeypatch.setattr(sampling_rows, "vllm_release", lambda: release)
+    subjects = {s.label for run in sampling_rows.sampling_runs() for s in run.subjects}
     rows = {row["name"]: row for row in DATA[release]["rows"]}
     assert sorted(subjects - set(rows)) == []
     unrun = [name for name in subjects if not rows[name]["cells"]]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from engines.versions import VLLM_VERSION, installed_vllm, vllm_releases
 from engines.vllm import releases
@@ -46,6 +47,12 @@ def not_judged_here(script: Script) -> str | None:
     if templates.KINDS[script.kind].shared_memory:
         return shm.shm_unavailable()
     return None
+
+
+def interpreted(script: Script) -> dict[str, str]:
+    """The environment a Triton script is run in without a CUDA GPU, as its message asks: Triton's interpreter."""
+    triton = templates.KINDS[script.kind].unjudged and not torch.cuda.is_available()
+    return {**os.environ, **({"TRITON_INTERPRET": "1"} if triton else {})}
 
 
 def run_script(script: Script, **env: str) -> subprocess.CompletedProcess:
@@ -152,7 +159,12 @@ def test_script_fails_on_vllm(script: Script) -> None:
     shared-memory one, on a CPU where vLLM cannot start that communicator, exits 2 and says why."""
     path = standalone.path_of(script)
     done = subprocess.run(
-        [sys.executable, path.name], cwd=path.parent, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT
+        [sys.executable, path.name],
+        cwd=path.parent,
+        capture_output=True,
+        text=True,
+        timeout=SCRIPT_TIMEOUT,
+        env=interpreted(script),
     )
     lines = done.stdout.splitlines()
     if why := not_judged_here(script):
@@ -173,7 +185,7 @@ def test_script_passes_with_the_corrections_installed(script: Script) -> None:
     nothing else, and the correction removes it."""
     path = standalone.path_of(script)
     site = standalone.ROOT / "tests" / "fixtures" / "corrected_site"
-    env = {**os.environ, "PYTHONPATH": str(site), "TPARGMAX_ROOT": str(standalone.ROOT)}
+    env = {**interpreted(script), "PYTHONPATH": str(site), "TPARGMAX_ROOT": str(standalone.ROOT)}
     done = subprocess.run(
         [sys.executable, path.name], cwd=path.parent, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT, env=env
     )
