@@ -171,6 +171,10 @@ def test_the_next_release_is_a_file_that_the_report_the_install_table_and_the_sc
     assert scripts.path_of(own, next_release) == next_release / "docs/conformance/vllm-0.34.0/V16-own.py"
     with pytest.raises(ValueError, match=r"no script for \['V16'\]"):  # a listed cause without its entry is named
         scripts.scripts()
+    (next_release / "releases" / "0.34.0.toml").write_text(NEXT.replace("title =", "titel ="), encoding="utf-8")
+    releases.data.cache_clear(), releases.findings.cache_clear()
+    with pytest.raises(ValueError, match=r"releases/0.34.0.toml, \[vllm\]: TypeError: .*'titel'"):
+        releases.findings("0.34.0", "vllm")
 
 
 # --- what became of the previous release's causes -----------------------------------------------------------------

@@ -47,7 +47,15 @@ def __getattr__(name: str) -> Findings:
 
 @cache
 def findings(release: str, page: str) -> Findings:
-    """What claims the failures of the release's page (``page``: ``vllm`` or ``sampling``)."""
+    """What claims the failures of the release's page (``page``: ``vllm`` or ``sampling``); a ValueError naming the
+    release's file where it lacks a table or a key, or a cause's table has one a cause has not."""
+    try:
+        return _findings(release, page)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"engines/vllm/releases/{release}.toml, [{page}]: {type(exc).__name__}: {exc}") from exc
+
+
+def _findings(release: str, page: str) -> Findings:
     own = data(release)[page]
     if "findings" in own:
         module, _, attr = own["findings"].partition(":")
