@@ -67,6 +67,12 @@ def engine_floor(name: str) -> int | None:
     return None
 
 
+def up_an_engine_wing(name: str, target: str) -> bool:
+    """Whether ``name``, in an engine's wing, imports a module of a wing above its own."""
+    mine, theirs = engine_floor(name), engine_floor(target)
+    return mine is not None and theirs is not None and theirs > mine
+
+
 def wing_floor(name: str) -> int:
     """The floor of a module of properties/ (the top, above every wing, for the modules outside them)."""
     for floor, wings in enumerate(WINGS):
@@ -134,7 +140,7 @@ def layering_violations(root: Path = ROOT) -> list[str]:
                 and target.startswith("properties.")
                 and wing_floor(target) > wing_floor(name)
             )
-            or None is not engine_floor(name) < (engine_floor(target) or -1)
+            or up_an_engine_wing(name, target)
         ]
     return sorted(out)
 

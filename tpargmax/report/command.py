@@ -41,13 +41,11 @@ from tpargmax.report import findings as findings_page
 from tpargmax.report.page import render
 from tpargmax.report.runs import run_pytest
 from tpargmax.report.sampling import sampling_runs
-from tpargmax.report.saved import read_report
-from tpargmax.report.sglang import FINDINGS as SGLANG_FINDINGS
+from tpargmax.report.saved import SGLANG_FINDINGS, TPU_FINDINGS, read_report
 from tpargmax.report.sglang import sglang_runs
 from tpargmax.report.subjects import (
     FINDINGS,
     SAMPLING_FINDINGS,
-    TPU_FINDINGS,
     Run,
     Subject,
     model_runs,

@@ -20,11 +20,11 @@ from sharded.impls import MOVED, MOVED_FINDINGS
 MAX_REPORT_BYTES = 64 * 2**20  # the committed vLLM report is about 1 MiB
 # the findings a page may name: the project's own, each listed vLLM release's (``engines.vllm.releases``), then the
 # names reports recorded before their modules moved (loaded through ``sharded.impls.MOVED`` and ``MOVED_FINDINGS``)
+TPU_FINDINGS = "engines.tpu_inference.causes.findings:FINDINGS"
+SGLANG_FINDINGS = "engines.sglang.causes.findings:FINDINGS"
 FINDINGS = (
-    "engines.vllm.causes.findings:FINDINGS",
-    "engines.sampling_page:FINDINGS",
-    "engines.tpu_inference.causes.findings:FINDINGS",
-    "engines.sglang.causes.findings:FINDINGS",
+    TPU_FINDINGS,
+    SGLANG_FINDINGS,
     *(findings_spec(release, page) for release in vllm_releases() for page in PAGES),
     *MOVED_FINDINGS,
     *(f"{old}:FINDINGS" for old, new in MOVED.items() if new.endswith("findings") or new == "engines.sampling_page"),

@@ -8,7 +8,6 @@ from __future__ import annotations
 from engines.versions import SGLANG_VERSION
 from tpargmax.report.subjects import CORRECTED_KIND, Run, Subject, triton_rows
 
-FINDINGS = "engines.sglang.causes.findings:FINDINGS"
 # the recorded names (sharded.impls.MOVED): the page's keys stay
 KERNELS, DRAFT, FIXES = "engines.sglang.kernels", "engines.sglang.dflash_draft", "engines.sglang.fixes"
 DP_HEAD, SELECTOR, EAGLE = "engines.sglang.dp_lm_head", "engines.sglang.selector", "engines.sglang.eagle_verify"

@@ -7,12 +7,12 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from engines.versions import TPU_INFERENCE_VERSION, vllm_release
+from engines.versions import TPU_INFERENCE_VERSION, VLLM_VERSION, vllm_release
+from engines.vllm.releases import findings_spec
 from engines.vllm.subjects.layer import INSTALL_HINT as VLLM_HINT
 from engines.vllm.subjects.layer import SHM_ENV
 from engines.vllm.wheel.build import shipped
 from sharded.impls import MOVED
-from tpargmax.report.saved import FINDINGS as SHIPPED_FINDINGS
 
 # the committed repro files' replays are the default run's regression tests, not properties of a subject; the samplers
 # are subjects of their own
@@ -76,9 +76,8 @@ class Run:
         return "sampling" if self.sampling else "top_k" if self.top_k else "argmax"
 
 
-FINDINGS = SHIPPED_FINDINGS[0]
-SAMPLING_FINDINGS = SHIPPED_FINDINGS[1]
-TPU_FINDINGS = SHIPPED_FINDINGS[2]
+FINDINGS = findings_spec(VLLM_VERSION)  # the default release's pages
+SAMPLING_FINDINGS = findings_spec(VLLM_VERSION, "sampling")
 CORRECTED = "engines.vllm.corrected"  # recorded names (sharded.impls.MOVED): the pages' keys stay
 CORRECTED_KIND = ", corrected"
 FIXED_ARGMAX = f"{CORRECTED}:vllm"  # a corrected top-k's top-1 is compared with the corrected argmax

@@ -60,7 +60,8 @@ def _findings(release: str, page: str) -> Findings:
     if "findings" in own:
         module, _, attr = own["findings"].partition(":")
         return getattr(importlib.import_module(module), attr)
-    before = findings(data(release)["previous"], page)
+    previous = data(release)["previous"]
+    before = findings(previous, page)
     claims = {key: tuple(map(tuple, parts)) for key, parts in own.get("failures", {}).items()}
     reaches, why = own.get("reaches", {}), own.get("why", {})
 
@@ -78,7 +79,7 @@ def _findings(release: str, page: str) -> Findings:
         tuple(causes),
         tuple(reasons) + tuple(_item(Reason, r) for r in own.get("reasons", ())),
         tuple(EndToEnd(c.id, why=no_engine.get(c.id, own["no_engine"])) for c in causes) if "no_engine" in own else (),
-        previous=findings_spec(data(release)["previous"], page),
+        previous=findings_spec(previous, page),
     )
 
 
