@@ -113,6 +113,8 @@ def pytest_configure(config: pytest.Config) -> None:
     impls = _impls(config.getoption("impl"), DEFAULT_IMPLS)
     topk_impls = _impls(config.getoption("topk_impl"), DEFAULT_TOPK_IMPLS)
     sampling_impls = _impls(config.getoption("sampling_impl"), DEFAULT_SAMPLING_IMPLS)
+    if not hasattr(config, "workerinput"):  # once, in the process that starts the run, before any rank starts
+        _refuse_what_cannot_start([*impls, *topk_impls, *sampling_impls])
     try:
         pinned = run_settings.pinned_head([*impls, *topk_impls, *sampling_impls])
         layouts = run_settings.parse_layouts(config.getoption("layouts"))
@@ -141,6 +143,19 @@ def _impls(option: str | None, default: tuple[str, ...]) -> tuple:
         return tuple(load_impl(s) for s in dict.fromkeys(specs))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _refuse_what_cannot_start(impls: list) -> None:
+    """A selected implementation whose start-up cannot succeed here (an engine build that refuses this machine) stops
+    the run at once, in one line that says what it needs: every property would otherwise wait on ranks that never
+    start.  Each preflight is asked once, however many subjects share it."""
+    asked: dict[object, str | None] = {}
+    for impl in impls:
+        check = getattr(impl.fn, "preflight", None)
+        if check is not None and check not in asked:
+            asked[check] = impl.cannot_start()
+            if asked[check]:
+                raise pytest.UsageError(f"{impl}: {asked[check]}")
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:

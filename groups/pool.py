@@ -32,7 +32,7 @@ from multiprocessing.connection import Connection, Listener, wait
 from typing import Any
 
 from groups.simulated import RankTimeout
-from groups.tasks import in_step, outcome
+from groups.tasks import in_step, outcome, started
 from groups.wire import recv, send
 from sharded.group import Traffic
 
@@ -147,8 +147,8 @@ class RankPool:
         if len(per_rank_kwargs) != self.world_size:  # checked before sending anything, to keep the ranks in step
             raise ValueError(f"a task for {len(per_rank_kwargs)} ranks on a pool of {self.world_size}")
         if spec not in self._started:
-            start = f"start-up of {spec} on the "
-            self._task(spec, [None] * self.world_size, self.start_timeout, start, "start-up timeout")
+            what, nothing = f"start-up of {spec} on the ", [None] * self.world_size
+            started(spec, lambda: self._task(spec, nothing, self.start_timeout, what, "start-up timeout"))
             self._started.add(spec)
         return self._task(spec, per_rank_kwargs, self.timeout, "", "collective timeout")
 

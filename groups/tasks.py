@@ -7,6 +7,7 @@ code and report faults the same way.
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from groups.simulated import RankTimeout
@@ -27,6 +28,23 @@ class RemoteError(RuntimeError):
 
 class RemoteValueError(RemoteError, ValueError):
     """A ValueError raised on a rank (bad input), so callers can catch it as one."""
+
+
+class StartFailed(BaseException):
+    """An implementation's start-up (:meth:`Impl.start`: an engine's imports and distributed state) raised on a rank,
+    so no case reached it and nothing was judged.
+
+    A BaseException, so that no check reads it as the implementation's answer to a case (no verdict, no repro file)
+    and Hypothesis stops at once; pytest reports it as the test's error, in one line that says what the start
+    needs."""
+
+
+def started(spec: str, start: Callable[[], object]) -> None:
+    """Run a driver's start-up task for ``spec``; a rank's exception in it is :class:`StartFailed`."""
+    try:
+        start()
+    except RemoteError as exc:
+        raise StartFailed(f"{spec} cannot start here: {exc}") from exc
 
 
 class TaskRunner:

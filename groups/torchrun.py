@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from groups.devices import check_device
-from groups.tasks import RankLost, TaskRunner, outcome
+from groups.tasks import RankLost, TaskRunner, outcome, started
 from groups.torch_group import TorchGroup, all_gather_flat
 from sharded.group import Traffic
 
@@ -119,7 +119,8 @@ class TorchrunJob:
             raise RankLost(self.lost)
         if spec not in self._started:  # start-up first (sharded.impls.Impl.start), as the pool does
             self._broadcast((spec, [None] * self.world_size))
-            outcome(dict(enumerate(self._gather(self._execute(spec, None)))), self.world_size, "torchrun start-up", "")
+            replies = dict(enumerate(self._gather(self._execute(spec, None))))
+            started(spec, lambda: outcome(replies, self.world_size, "torchrun start-up", ""))
             self._started.add(spec)
         cpu = torch.device("cpu")  # pickled CUDA tensors would open every rank's GPU in every process
         per_rank_kwargs = [_to(kwargs, cpu) for kwargs in per_rank_kwargs]

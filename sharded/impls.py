@@ -61,10 +61,14 @@ MOVED = {
     **{f"engines.sglang.{m}": f"engines.sglang.subjects.{m}" for m in ("dflash_draft", "selector", "domino_rollout")},
     **{f"engines.sglang.{m}": f"engines.sglang.subjects.{m}" for m in ("eagle_verify", "dp_lm_head")},
 }
-# A release's findings that were a module before releases were data (engines/vllm/releases): old -> new MODULE:ATTR.
+# A page's findings under the name a report recorded before releases were data (engines/vllm/releases): a release's
+# module, and 0.32.0's causes, which its release file now extends with the claims of rows added later.
 MOVED_FINDINGS = {
     "engines.vllm.release_0_33_0:FINDINGS": "engines.vllm.releases:vllm_0_33_0",
     "engines.vllm.release_0_33_0_sampling:FINDINGS": "engines.vllm.releases:sampling_0_33_0",
+    **dict.fromkeys(
+        ("engines.vllm.findings:FINDINGS", "engines.vllm.causes.findings:FINDINGS"), "engines.vllm.releases:vllm_0_32_0"
+    ),
 }
 
 # The project's own modules of implementations under test.  A repro file names the implementation it recorded;
@@ -76,6 +80,7 @@ _SHIPPED = {
     *"engines.sglang.wheel.kernels engines.sglang.corrections.greedy engines.tpu_inference.wheel.adapter".split(),
     *(f"engines.sglang.subjects.{m}" for m in "dflash_draft dp_lm_head selector eagle_verify domino_rollout".split()),
     *(f"engines.vllm.subjects.{m}" for m in "layer models corrected gumbel dflash2_sampler xpress_argmax".split()),
+    "engines.vllm.subjects.speculators",
     *"engines.vllm.subjects.topk_topp_triton engines.sglang.subjects.sampling".split(),
     *"engines.tpu_inference.subjects.sampler engines.tpu_inference.corrections.masks".split(),
 }
@@ -163,6 +168,13 @@ class Impl:
         check = getattr(self.fn, "pass_unjudged", None)
         return check(versions) if check is not None else None
 
+    def cannot_start(self) -> str | None:
+        """Why its start-up cannot succeed on this machine, in one line with what it needs, or None: ``fn.preflight()``,
+        where the implementation declares it (an engine whose build refuses this machine), asked once before a run
+        starts any rank."""
+        preflight = getattr(self.fn, "preflight", None)
+        return preflight() if preflight is not None else None
+
     def start(self, group: object) -> None:
         """Its once-per-process start-up (``fn.start(group)``, if any), run before its first task and
         outside the collective timeout: an engine's imports and distributed set-up take seconds."""
@@ -217,9 +229,10 @@ def load_impl(spec: str) -> Impl:
 
 
 def runnable(impl: Impl) -> Impl:
-    """``impl``, or a ValueError that names what it needs and this machine lacks (:meth:`Impl.why_unavailable`):
-    a replay without it would judge other code, so it is not run."""
-    why = impl.why_unavailable()
+    """``impl``, or a ValueError that names what it needs and this machine lacks (:meth:`Impl.why_unavailable`), or
+    why it cannot start here (:meth:`Impl.cannot_start`): a replay without it would judge other code, so it is not
+    run."""
+    why = impl.why_unavailable() or impl.cannot_start()
     if why:
         raise ValueError(f"--impl {impl}: cannot be judged here: {why}")
     return impl

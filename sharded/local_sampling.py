@@ -91,10 +91,13 @@ def log_partition(m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
 
 def gathered_logits(logits, layout: ShardLayout, group: TPGroup, d2t) -> tuple[torch.Tensor, int | None]:
     """Every rank's shard gathered into the draft logits ``[B, L]`` by global id, and the target vocabulary the
-    table reaches (the largest target + 1; None without ``d2t``): the classic path's row, on every rank."""
-    gathered = group.all_gather(logits)  # [tp, B, shard]
+    table reaches (the largest target + 1; None without ``d2t``): the classic path's row, on every rank.  Uneven
+    shards travel padded to the widest rank's columns (a collective takes one shape)."""
+    every = every_rank(layout)
+    wide = max(lay.size for lay in every)
+    gathered = group.all_gather(F.pad(logits, (0, wide - logits.shape[1])))  # [tp, B, wide]
     draft = logits.new_empty(logits.shape[0], layout.vocab)
-    for lay in every_rank(layout):
+    for lay in every:
         draft[:, lay.token_ids(logits.device)] = gathered[lay.rank][:, lay.token_rows(logits.device)]
     return draft, None if d2t is None else int(check_d2t(d2t, layout.vocab).max()) + 1
 

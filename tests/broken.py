@@ -336,6 +336,18 @@ def rank_one_raises(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d
     return vllm_pairs(hidden, weight, bias, layout, scale=scale, soft_cap=soft_cap, d2t=d2t, group=group)
 
 
+def start_refused(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """Never called: its start-up raises on every rank, as a vLLM that refuses the machine does."""
+    raise AssertionError("never called: its start-up raised")
+
+
+def _refuse(group) -> None:
+    raise RuntimeError("this build needs the frobnicator kernels")
+
+
+start_refused.start = _refuse
+
+
 def rank_one_sleeps(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
     if group.rank == 1:
         time.sleep(3600)  # hangs outside any collective

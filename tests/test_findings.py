@@ -12,21 +12,21 @@ import re
 
 import pytest
 
-from engines import sampling_page
 from engines.findings import failure_key
 from engines.sglang.causes import findings as sglang_findings
 from engines.tpu_inference.causes import findings as tpu_inference_findings
+from engines.versions import vllm_releases
 from engines.vllm import releases
 from engines.vllm.causes.findings import FINDINGS, PAGE
 from tests.suite import ROOT
 from tpargmax.report import findings as findings_page
 from tpargmax.report.page import _failures
 
-PAGES = {
-    PAGE: FINDINGS,
-    releases.vllm_0_33_0.page: releases.vllm_0_33_0,
-    sampling_page.PAGE: sampling_page.FINDINGS,
-    releases.sampling_0_33_0.page: releases.sampling_0_33_0,
+PAGES = {  # each listed release's two pages (0.32.0's claims: its causes' code and its file), then the others'
+    found.page: found
+    for release in vllm_releases()
+    for found in (releases.findings(release, "vllm"), releases.findings(release, "sampling"))
+} | {
     tpu_inference_findings.PAGE: tpu_inference_findings.FINDINGS,
     sglang_findings.PAGE: sglang_findings.FINDINGS,
 }

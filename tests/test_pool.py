@@ -18,7 +18,7 @@ import torch
 
 from groups.pool import RankPool
 from groups.simulated import RankTimeout
-from groups.tasks import RemoteError, RemoteValueError
+from groups.tasks import RemoteError, RemoteValueError, StartFailed
 from groups.wire import recv, send
 from properties.cases.case import Case
 from properties.harness.runner import prepare, rank_kwargs
@@ -102,6 +102,15 @@ def test_a_raising_rank_comes_back_with_its_traceback(pool):
         pool.run("tests.broken:rank_one_raises", kwargs_for())
     assert "tests/broken.py" in "".join(info.value.__notes__)
     assert not pool.alive and gone(pids), "a pool whose ranks fell out of step must be closed"
+
+
+def test_a_start_up_that_raises_on_the_ranks_is_no_verdict(pool):
+    """A start-up that raises in the rank processes is :class:`StartFailed`: not an answer to the case (a
+    BaseException no check reads), named with the rank's exception; every rank answered, so the pool goes on."""
+    with pytest.raises(StartFailed, match="cannot start here: rank 0 of 2 raised RuntimeError: this build needs"):
+        pool.run("tests.broken:start_refused", kwargs_for())
+    assert pool.alive
+    pool.run("vllm_pairs", kwargs_for())
 
 
 @pytest.mark.parametrize(

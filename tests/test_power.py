@@ -133,8 +133,8 @@ EVERYWHERE = {
         top_k.test_top1_is_the_argmax_token: TOP1_OFF,
     },
 }
-# they hang or kill a process: tests/test_pool.py; a torchrun node's launcher: tests/test_torchrun.py
-PROCESS_ONLY = {"rank_one_sleeps", "rank_one_dies", "node_one_goes_down"}
+# they hang, kill a process or refuse to start: tests/test_pool.py; a torchrun node's launcher: tests/test_torchrun.py
+PROCESS_ONLY = {"rank_one_sleeps", "rank_one_dies", "start_refused", "node_one_goes_down"}
 TRAFFIC_ONLY = {"topk_two_gathers"}  # right answers, wrong traffic: test_traffic_property_fails_on_...
 
 

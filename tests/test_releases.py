@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,6 @@ from engines.vllm.causes.findings import FINDINGS
 from engines.vllm.releases import findings_spec
 from engines.vllm.subjects import models
 from engines.vllm.wheel.build import shipped
-from tests.suite import ROOT
 from tpargmax.report import changes as release_changes
 from tpargmax.report import command as report
 
@@ -44,7 +42,7 @@ def test_a_patch_of_an_inherited_method_is_taken_back_off():
         Patch(f"{__name__}:Child.absent", lambda self: None).owner()
 
 
-@pytest.mark.parametrize("installed", [None, "0.32.0", "0.33.0"])
+@pytest.mark.parametrize("installed", [None, *versions.vllm_releases()])
 def test_each_release_has_its_page_findings_and_repro_folder(monkeypatch, installed):
     monkeypatch.setattr(versions, "installed_vllm", lambda: installed)
     title, findings, repro, packages = report.page_spec("vllm")
@@ -73,7 +71,8 @@ def test_a_build_no_page_lists_is_judged_against_the_release_before_it(monkeypat
     title, findings, repro, packages = report.page_spec("vllm")
     assert title == "vLLM 0.34.0.dev1 conformance" and findings == findings_spec("0.33.0")
     assert repro == "repro/vllm-0.34.0.dev1" and packages == ("vllm",)
-    with pytest.raises(ValueError, match="vLLM 0.34.0.dev1 is installed, and the samplers' page knows 0.32.0, 0.33.0"):
+    known = ", ".join(versions.vllm_releases())
+    with pytest.raises(ValueError, match=f"vLLM 0.34.0.dev1 is installed, and the samplers' page knows {known}"):
         report.page_spec("sampling")
     from tpargmax.cli import main
 
@@ -89,22 +88,28 @@ def test_a_class_is_offered_only_by_the_releases_that_ship_it():
     assert {"MuseSpark1xForCausalLM", "DFlash2BeamForCausalLM", "Step5MTP"} <= set(later)
     assert models.RELEASE == versions.vllm_release()
     assert set(models.SUBJECTS) == {n for n, s in models.EVERY.items() if s.shipped_in(models.RELEASE)}
+    gone = models.EVERY["MuseSpark1xForCausalLM"]  # renamed in 0.34.0: offered from its since to its until
+    assert gone.shipped_in("0.33.0") and not gone.shipped_in("0.34.0") and not gone.shipped_in("0.32.0")
     if models.RELEASE in versions.vllm_releases():  # another build offers what it holds (tests/test_vllm_builds.py)
-        assert (set(later) <= set(models.SUBJECTS)) == (models.RELEASE != versions.VLLM_VERSION)
+        assert bool(set(later) & set(models.SUBJECTS)) == (models.RELEASE != versions.VLLM_VERSION)
 
 
 def test_0_33_0_carries_every_cause_of_0_32_0():
     """Each of 0.32.0's causes is on 0.33.0's page, with its reproduction; what 0.33.0 adds comes after them."""
     previous = release_changes.previous_of(releases.vllm_0_33_0)
-    assert previous is FINDINGS and releases.vllm_0_33_0.page == versions.vllm_page("0.33.0")
+    assert previous is releases.findings("0.32.0", "vllm") and releases.vllm_0_33_0.page == versions.vllm_page("0.33.0")
+    assert [c.id for c in previous.causes] == [c.id for c in FINDINGS.causes]  # the code's, claiming its rows
     carried = releases.vllm_0_33_0.causes[: len(FINDINGS.causes)]
     assert [(c.id, c.script, c.evidence) for c in carried] == [(c.id, c.script, c.evidence) for c in FINDINGS.causes]
     assert {e.cause for e in releases.vllm_0_33_0.end_to_end} == {c.id for c in releases.vllm_0_33_0.causes}
 
 
-# the next release as its file: 0.33.0's causes carried (one of them with a failure of its page), one cause of its own
-NEXT = """\
-previous = "0.33.0"
+# the next release after the latest listed, as its file alone: the latest's V1 carried (with a failure of its page),
+# one cause of its own with its script's entry
+LATEST = versions.vllm_releases()[-1]
+NEXT_VERSION = "0.{}.0".format(int(LATEST.split(".")[1]) + 1)
+NEXT = f"""\
+previous = "{LATEST}"
 [install]
 gpu_only = ["torch", "flashinfer-python"]
 triton = "3.10.0"
@@ -113,26 +118,33 @@ no_engine = "no CPU wheel"
 [vllm.failures]
 V1 = [["test_token_exact-vllm-gloo-0000000000"], []]
 [[vllm.causes]]
-id = "V16"
-title = "a cause of 0.34.0's own"
+id = "V99"
+title = "a cause of {NEXT_VERSION}'s own"
 where = "vllm/model_executor/layers/logits_processor.py"
 severity = "shipped"
 reaches = "every draft"
 evidence = ["logits_processor.py:1: pass"]
 why = "a mechanism"
 failures = ["test_token_exact-vllm-gloo-1111111111"]
-script = "docs/conformance/vllm-0.34.0/V16-own.py"
+script = "docs/conformance/vllm-{NEXT_VERSION}/V99-own.py"
+[[vllm.scripts]]
+cause = "V99"
+stem = "V99-own"
+kind = "muse_spark"
+case = {{batch = 1, hidden = 3, vocab = 2, tp = 2}}
+constants = "MULTIPLIER, CAP = 0.5, 15.0"
+note = "a case built from its seed"
 """
 
 
 @pytest.fixture
 def next_release(tmp_path, monkeypatch):
-    """vLLM 0.34.0 listed beside the releases under test, by its file alone (no module)."""
+    """The release after the latest listed, beside the releases under test, by its file alone (no module)."""
     folder = tmp_path / "releases"
     folder.mkdir()
     for path in versions.RELEASES.glob("*.toml"):
         (folder / path.name).write_bytes(path.read_bytes())
-    (folder / "0.34.0.toml").write_text(NEXT, encoding="utf-8")
+    (folder / f"{NEXT_VERSION}.toml").write_text(NEXT, encoding="utf-8")
     monkeypatch.setattr(versions, "RELEASES", folder)
     monkeypatch.setattr(releases, "HERE", folder)
     for cached in (releases.data, releases.findings):
@@ -143,38 +155,43 @@ def next_release(tmp_path, monkeypatch):
 
 
 def test_the_next_release_is_a_file_that_the_report_the_install_table_and_the_scripts_take(next_release, monkeypatch):
-    from engines.vllm.causes.script_catalog import SCRIPTS
     from tpargmax.install import vllm as install
     from tpargmax.report import findings as findings_page
     from tpargmax.report import scripts
 
-    assert versions.vllm_releases() == ("0.32.0", "0.33.0", "0.34.0")
-    monkeypatch.setattr(versions, "installed_vllm", lambda: "0.34.0")
+    assert versions.vllm_releases() == (*versions.vllm_releases()[:-1], NEXT_VERSION)
+    monkeypatch.setattr(versions, "installed_vllm", lambda: NEXT_VERSION)
     title, spec, repro, packages = report.page_spec("vllm")  # the report: its page, findings and repro folder
-    assert (title, spec, repro) == ("vLLM 0.34.0 conformance", "engines.vllm.releases:vllm_0_34_0", "repro/vllm-0.34.0")
+    name = NEXT_VERSION.replace(".", "_")
+    assert (title, spec, repro) == (
+        f"vLLM {NEXT_VERSION} conformance",
+        f"engines.vllm.releases:vllm_{name}",
+        f"repro/vllm-{NEXT_VERSION}",
+    )
     found = findings_page.load({"findings": spec})
-    assert found.page == "docs/conformance/vllm-0.34.0" and release_changes.previous_of(found) is releases.vllm_0_33_0
-    assert [c.id for c in found.causes] == ["V1", "V16"] and found.claims()[
+    latest = releases.findings(LATEST, "vllm")
+    assert found.page == f"docs/conformance/vllm-{NEXT_VERSION}" and release_changes.previous_of(found) is latest
+    assert [c.id for c in found.causes] == ["V1", "V99"] and found.claims()[
         "test_token_exact-vllm-gloo-0000000000"
     ].id == "V1"
-    assert {e.cause: e.why for e in found.end_to_end} == {"V1": "no CPU wheel", "V16": "no CPU wheel"}
-    assert install.release_for("0.34.0") == install.Release(("torch", "flashinfer-python"), "3.10.0")
-    assert install.release_for("0.33.5") == install.releases()["0.33.0"]
-    # the scripts' generator: the new cause's script from its catalog entry, a case of its release's repro folder
-    v14 = next(s for s in SCRIPTS if s.cause == "V14")
-    own = replace(v14, cause="V16", stem="V16-own", release="0.34.0")
-    (next_release / "repro" / "vllm-0.34.0").mkdir(parents=True)
-    for source in (ROOT / "repro" / "vllm-0.33.0").glob(f"{v14.repro}.*"):  # the record and its tensors
-        (next_release / "repro" / "vllm-0.34.0" / source.name).write_bytes(source.read_bytes())
+    assert {e.cause: e.why for e in found.end_to_end} == {"V1": "no CPU wheel", "V99": "no CPU wheel"}
+    assert install.release_for(NEXT_VERSION) == install.Release(("torch", "flashinfer-python"), "3.10.0")
+    assert install.release_for(f"{LATEST[:-1]}5") == install.releases()[LATEST]
+    # the scripts' generator: the new cause's script from the release's own file, in its page's folder
+    own = next(s for s in scripts.scripts() if s.cause == "V99")
+    assert own.release == NEXT_VERSION and own.case["vocab"] == 2
     text = scripts.render(own, root=next_release)
-    assert "a cause of 0.34.0's own" in text and "repro/vllm-0.34.0/" in text
-    assert scripts.path_of(own, next_release) == next_release / "docs/conformance/vllm-0.34.0/V16-own.py"
-    with pytest.raises(ValueError, match=r"no script for \['V16'\]"):  # a listed cause without its entry is named
-        scripts.scripts()
-    (next_release / "releases" / "0.34.0.toml").write_text(NEXT.replace("title =", "titel ="), encoding="utf-8")
+    assert f"a cause of {NEXT_VERSION}'s own" in text and "built from its seed" in text
+    assert scripts.path_of(own, next_release) == next_release / f"docs/conformance/vllm-{NEXT_VERSION}/V99-own.py"
+    for text in (NEXT[: NEXT.index("[[vllm.scripts]]")], NEXT + "k2 = 1\n"):  # without its script; a key too many
+        (next_release / "releases" / f"{NEXT_VERSION}.toml").write_text(text, encoding="utf-8")
+        releases.data.cache_clear(), releases.findings.cache_clear()
+        with pytest.raises(ValueError, match=r"no script for \['V99'\]|\[\[vllm.scripts\]\] #1: .*'k2'"):
+            scripts.scripts()
+    (next_release / "releases" / f"{NEXT_VERSION}.toml").write_text(NEXT.replace("title =", "titel ="), "utf-8")
     releases.data.cache_clear(), releases.findings.cache_clear()
-    with pytest.raises(ValueError, match=r"releases/0.34.0.toml, \[vllm\]: TypeError: .*'titel'"):
-        releases.findings("0.34.0", "vllm")
+    with pytest.raises(ValueError, match=rf"releases/{NEXT_VERSION}.toml, \[vllm\]: TypeError: .*'titel'"):
+        releases.findings(NEXT_VERSION, "vllm")
 
 
 # --- what became of the previous release's causes -----------------------------------------------------------------
@@ -212,14 +229,15 @@ def test_a_script_is_run_with_this_interpreter_for_its_exit_and_last_line(tmp_pa
     assert Path(sys.executable).exists()
 
 
-CAUSE = Cause("V0", "t", "w", "shipped", "r", ("a/b.py:1: x = 1",), "why", ("F-key",), script="s.py")
+QUOTE = "vllm/b.py:1: x = 1"
+CAUSE = Cause("V0", "t", "w", "shipped", "r", (QUOTE,), "why", ("F-key",), script="s.py")
 
 
 @pytest.mark.parametrize(
     "item, change, lacking, failing, status",
     [
-        (CAUSE, {"script": {"exit": 1, "line": ""}, "evidence": [{"quote": "q", "line": 3}]}, {}, False, "failing"),
-        (CAUSE, {"script": {"exit": 0, "line": ""}, "evidence": [{"quote": "q", "line": None}]}, {}, True, "changed"),
+        (CAUSE, {"script": {"exit": 1, "line": ""}, "evidence": [{"quote": QUOTE, "line": 3}]}, {}, False, "failing"),
+        (CAUSE, {"script": {"exit": 0, "line": ""}, "evidence": [{"quote": QUOTE, "line": None}]}, {}, True, "changed"),
         (CAUSE, {"script": {"exit": 0, "line": ""}}, {}, False, "fixed"),
         (CAUSE, {"script": {"exit": 2, "line": "V0: cannot be judged here: x"}}, {}, False, "unjudged"),
         (Reason("D0", "t", "why", ()), {}, {}, False, "unseen"),
@@ -238,13 +256,30 @@ def test_the_section_opens_with_every_previous_cause_and_names_what_is_new():
     findings = Findings("E 2.0", "docs/p-2.0", (CAUSE, new), previous.reasons)
     row = {"name": "subject", "env": {}}
     failures = [("F1", row, "test_x", {"repro_file": "repro/F-key.json"})]
-    change = {"evidence": [{"quote": "a/b.py:1: x = 1", "line": 7}], "script": {"exit": 1, "line": "actual"}}
+    change = {"evidence": [{"quote": "vllm/b.py:1: x = 1", "line": 7}], "script": {"exit": 1, "line": "actual"}}
     data = {"changes": {"since": "1.0", "release": "2.0", "lacks": {}, "causes": {"V0": change, "D0": {}}}}
     text = "\n".join(release_changes.section(data, failures, findings, previous))
     assert text.startswith("## What changed since vLLM 1.0")
     assert "| [V0](#v0) t | still failing | F1 | exit 1 | `b.py:7` (was 1) |" in text
     assert "| [D0](#d0) by design | not shown: no failure in this run, and no reproduction | — | — | — |" in text
     assert "**New on this page** (not among 1.0's causes): [V9](#v9) new." in text
+
+
+def test_a_line_another_engine_wrote_is_never_called_gone_from_vllms_wheel():
+    """K1 quotes SGLang's merge beside vLLM's top-k: that line is not looked for in vLLM's wheel, nor shown."""
+    change = {"evidence": [{"quote": "vllm/a.py:3: x = 1", "line": 3}, {"quote": "sglang/b.py:9: y = 2", "line": None}]}
+    assert release_changes.status(CAUSE, change, {}, True)[0] == "failing"
+    assert release_changes._evidence(change) == "`a.py:3`"
+
+
+def test_a_previous_reason_met_only_on_a_corrected_row_is_still_failing():
+    """A corrected row's failure is the reason's too (Triton's interpreter raising under a correction): it is seen."""
+    reason = Reason("I0", "interpreter", "why", ("C-key",))
+    previous = Findings("E 1.0", "docs/p-1.0", (), (reason,))
+    failures = [("F2", {"name": "s (corrected)", "corrects": "s", "env": {}}, "test_x", {"repro_file": "r/C-key.json"})]
+    data = {"changes": {"since": "1.0", "release": "2.0", "lacks": {}, "causes": {"I0": {}}}}
+    text = "\n".join(release_changes.section(data, failures, previous, previous))
+    assert "| [I0](#i0) interpreter | still failing | corrected rows: F2 | — | — |" in text
 
 
 def test_a_release_whose_engine_cannot_run_says_so_where_the_end_to_end_section_would_be():

@@ -14,7 +14,7 @@ pytest.importorskip("vllm", reason=INSTALL_HINT)
 
 import torch  # noqa: E402
 
-from engines.versions import unlisted_vllm  # noqa: E402
+from engines.versions import release_key, unlisted_vllm  # noqa: E402
 from engines.vllm.subjects import models as vllm_models  # noqa: E402
 from engines.vllm.wheel import discovery  # noqa: E402
 from engines.vllm.wheel.build import HIDDEN  # noqa: E402
@@ -47,13 +47,21 @@ LATER = {  # what a later release adds (0.33.0: read in its wheel)
         "Qwen3XPressForCausalLM": "inherits DFlashQwen3ForCausalLM",
         "MuseSparkDSparkForCausalLM": "inherits Qwen3DSparkForCausalLM",
     },
+    "0.34.0": {
+        "Qwen3_5MTP": "defines get_top_tokens",  # with spec_step_idx, in 0.34.0
+        "MuseSparkForCausalLM": "inherits LlamaForCausalLM",  # MuseSpark1xForCausalLM, renamed
+        "RicursiveDFlash2ForCausalLM": "inherits DFlash2Qwen3ForCausalLM",
+        "MiniMaxM3DSparkForCausalLM": "inherits Qwen3DSparkForCausalLM",
+    },
 }
 
 
 @ON_A_LISTED_RELEASE  # what a listed release's wheel holds: another build holds what it holds
 def test_discovery_reads_the_wheel() -> None:
     found = discovery.scan()
-    for name, why in {**EXPECTED, **LATER.get(vllm_models.RELEASE, {})}.items():
+    later = [LATER[r] for r in sorted(LATER, key=release_key) if release_key(r) <= release_key(vllm_models.RELEASE)]
+    expected = {k: v for table in (EXPECTED, *later) for k, v in table.items()}
+    for name, why in expected.items():
         assert any(m.name == name and why in m.found for m in found), name
     no_method = {m.name for m in found if not m.methods}
     assert "DeepSeekMTP" in no_method
@@ -72,7 +80,18 @@ def test_specs_load_as_the_suite_loads_them() -> None:
 
 
 def test_proposer_refuses_a_class_without_get_top_tokens() -> None:
-    assert "does not implement get_top_tokens" in discovery.proposer_refuses("DeepSeekMTP")
+    """The V1 proposer where the wheel has one (0.32.0, 0.33.0); every V2 speculator's check on the class."""
+    from vllm.model_executor.models.deepseek_mtp import DeepSeekMTP
+
+    from engines.vllm.wheel import speculators
+
+    v1 = discovery.proposer_refuses("DeepSeekMTP")
+    assert v1 is None or "does not implement get_top_tokens" in v1
+    checked = [s for s in speculators.scan() if s.owner("_validate_local_argmax_reduction")]
+    assert checked and all(
+        "draft model DeepSeekMTP does not implement get_top_tokens" in speculators.refuses(s, DeepSeekMTP)
+        for s in checked
+    )
 
 
 def test_a_built_class_on_gloo_against_the_oracle() -> None:

@@ -1,8 +1,8 @@
 """What became of the previous vLLM release's causes in the release installed here: measured by ``tpargmax report``,
 opening the page.
 
-:func:`measure` runs in the release's environment: each line a previous cause quotes as evidence is found again in
-the installed wheel (its file and line now, or gone), each cause's standalone reproduction runs with this
+:func:`measure` runs in the release's environment: each of vLLM's lines a previous cause quotes as evidence is found
+again in the installed wheel (its file and line now, or gone), each cause's standalone reproduction runs with this
 interpreter (its exit and its last line), and :func:`lacks` records what this build of vLLM lacks
 (``engines.findings.NEEDS``).  :func:`section` renders it with this run's failures, each cause still failing,
 changed (it fails, and a line it quotes is gone), fixed, or not judgeable here: a pure function of the JSON.
@@ -67,13 +67,25 @@ def measure(previous: Findings, root: Path, log) -> dict[str, Any]:
     for item in (*previous.causes, *previous.reasons):
         entry: dict[str, Any] = {}
         if isinstance(item, Cause):
-            entry["evidence"] = [relocate(quote, wheel) for quote in item.evidence if QUOTE.match(quote)]
+            entry["evidence"] = [relocate(quote, wheel) for quote in item.evidence if _vllms(quote)]
             if item.script:
                 log(f"  {item.id}: {item.script}")
                 entry["script"] = run_script(item.script, root)
         causes[item.id] = entry
     release = release_of(previous)
     return {"since": release, "release": installed_vllm(), "lacks": lacks(), "causes": causes}
+
+
+def _vllms(quote: str) -> bool:
+    """Whether a quoted line is vLLM's, to be found in its wheel: a cause may quote another engine's (SGLang's)."""
+    match = QUOTE.match(quote)
+    return match is not None and match["path"].startswith("vllm/")
+
+
+def _evidence_of(change: dict[str, Any]) -> list[dict[str, Any]]:
+    """A measured cause's vLLM quotes (a page measured before :func:`_vllms` holds other engines' too, never looked
+    for)."""
+    return [entry for entry in change.get("evidence", []) if _vllms(entry["quote"])]
 
 
 STATUS = {
@@ -90,7 +102,7 @@ def status(item: Cause | Reason, change: dict[str, Any], lacking: dict[str, str]
     if item.needs and item.needs in lacking:
         return "unjudged", lacking[item.needs]  # the line says what it needs
     script = change.get("script") or {}
-    gone = any(e["line"] is None for e in change.get("evidence", []))
+    gone = any(e["line"] is None for e in _evidence_of(change))
     if failing or script.get("exit") == 1:
         return ("changed" if gone else "failing"), ""
     if script.get("exit") == 0:
@@ -111,10 +123,8 @@ def _judged(item: Cause | Reason, change: dict[str, Any], lacking: dict[str, str
 def _evidence(change: dict[str, Any]) -> str:
     """The quoted lines where they are now: ``file:line`` (with the old line where it moved), or gone."""
     out = []
-    for entry in change.get("evidence", []):
+    for entry in _evidence_of(change):
         match = QUOTE.match(entry["quote"])
-        if match is None:
-            continue
         name = match["path"].rpartition("/")[2]
         if entry["line"] is None:
             out.append(f"gone: `{name}:{match['line']}`")
@@ -129,6 +139,7 @@ def section(data: dict[str, Any], failures: list[Failure], findings: Findings, p
     changes = data["changes"]
     since, release = changes["since"], changes.get("release") or release_of(findings)
     originals = [f for f in failures if not f[1].get("corrects")]
+    corrected = [f for f in failures if f[1].get("corrects")]
     now = {item.id: item for item in (*findings.causes, *findings.reasons)}
     out = [
         f"## What changed since vLLM {since}",
@@ -144,10 +155,11 @@ def section(data: dict[str, Any], failures: list[Failure], findings: Findings, p
     for item in (*previous.causes, *previous.reasons):
         change = changes["causes"].get(item.id, {})
         mine = now.get(item.id, item)
-        listed = numbers_of(originals, mine.all_failures)
-        text, ran = _judged(item, change, changes["lacks"], bool(listed))
+        listed, fixed = numbers_of(originals, mine.all_failures), numbers_of(corrected, mine.all_failures)
+        text, ran = _judged(item, change, changes["lacks"], bool(listed or fixed))  # a correction's own fault too
         link = f"[{item.id}](#{anchor(mine)})" if item.id in now else item.id
-        out.append(f"| {link} {item.title} | {text} | {', '.join(listed) or '—'} | {ran} | {_evidence(change)} |")
+        cell = "; ".join(filter(None, (", ".join(listed), "corrected rows: " + ", ".join(fixed) if fixed else "")))
+        out.append(f"| {link} {item.title} | {text} | {cell or '—'} | {ran} | {_evidence(change)} |")
     out.append("")
     before = {item.id: item for item in (*previous.causes, *previous.reasons)}
     for item in findings.causes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shlex
 import shutil
@@ -49,6 +50,7 @@ from tpargmax.report.subjects import (
     Run,
     Subject,
     model_runs,
+    speculator_runs,
     static_runs,
     tpu_inference_runs,
     xpress_runs,
@@ -201,10 +203,12 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
     has_vllm = vllm_available()
     since = judged_against(vllm_release()) if page == "vllm" else None  # a build no page lists: judged as it says
     judged = ("--baseline",) if since else ()
+    speculators: list[dict[str, Any]] = []
     if has_vllm and page == "vllm":
-        log("finding vLLM's model classes in the installed wheel")
+        log("finding vLLM's model classes and speculators in the installed wheel")
         more, classes, refusal = model_runs()
-        runs += more + xpress_runs()
+        drafts, speculators = speculator_runs(classes)
+        runs += more + xpress_runs() + drafts
     if args.rows:
         runs = [
             r
@@ -227,6 +231,7 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
         },
         "classes": classes,
         "refusal": refusal,
+        **({"speculators": speculators} if speculators else {}),
         "rows": [],
     }
     for n, run in enumerate(runs, 1):
@@ -320,6 +325,7 @@ def merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "findings": new.get("findings", base.get("findings")),
         # the wheel's classes as this run found them and the suite covers them now (a merge runs discovery again)
         **({"classes": new["classes"], "refusal": new["refusal"]} if new.get("classes") else {}),
+        **({"speculators": new["speculators"]} if new.get("speculators") else {}),
         "commands": [*commands, new["command"]],
         "rows": beside(rows),
     }
@@ -337,6 +343,14 @@ def report(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"tpargmax report: {exc}", file=sys.stderr)
         return 2
+    if not args.render and getattr(args, "page", "vllm") in ("vllm", "sampling"):
+        from engines.vllm.subjects.layer import STARTS_ENV, cannot_start, starts_here, vllm_available
+
+        if why := cannot_start():  # a build that cannot start: said once, before any row waits on it
+            print(f"tpargmax report: {why}", file=sys.stderr)
+            return 2
+        if vllm_available():
+            os.environ[STARTS_ENV] = starts_here()  # its pytest runs need not ask again
     if args.render:
         data = base
     elif base is not None:

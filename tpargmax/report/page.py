@@ -155,6 +155,7 @@ def render(data: dict[str, Any]) -> str:
         out.append("")
     out += [] if findings else _upstream(failures)
     out += _classes(data.get("classes", []), data.get("refusal", {}))
+    out += _speculators(data.get("speculators", []))
     skips = sorted(
         {
             (LABELS.get(t, t), c["skip_reason"])
@@ -214,4 +215,39 @@ def _classes(classes: list[dict[str, Any]], refusal: dict[str, str]) -> list[str
         out.append(f"| `{c['name']}` | `{c['module']}` | {methods} | {c['how']} | {c['confirmed']} | {tested} |")
     for name, message in refusal.items():
         out += ["", f"vLLM's proposer with `use_local_argmax_reduction` on `{name}`: {message}"]
+    return out + [""]
+
+
+def _speculators(speculators: list[dict[str, Any]]) -> list[str]:
+    if not speculators:
+        return []
+    methods = ("sample_draft", "get_draft_top_tokens", "compute_draft_logits", "_validate_local_argmax_reduction")
+    out = [
+        "## Model Runner V2's speculators found in the wheel",
+        "",
+        "Found by reading the installed package (`engines.vllm.wheel.speculators.scan`): every class under",
+        "`vllm/v1/worker/gpu/spec_decode/` that derives from `BaseSpeculator`. Each method column names the class",
+        "whose method the speculator runs (empty: it has none, no model head). *Reaches the switch* is the chain of",
+        "its own calls from `propose` to `sample_draft`, where `use_local_argmax_reduction` routes a greedy draft",
+        "(none: the switch, accepted at load, is never read). Each speculator that reaches it is two rows above:",
+        "`local_draft` (the switch on: `get_draft_top_tokens`) and `classic_draft` (the switch off:",
+        "`compute_draft_logits`, then its greedy pick), at the draft's second step.",
+        "",
+        "| speculator | module | " + " | ".join(f"`{m}`" for m in methods) + " | reaches the switch | under test as |",
+        "|---|---|" + "---|" * len(methods) + "---|---|",
+    ]
+    for s in speculators:
+        owners = " | ".join(s["methods"].get(m, "") for m in methods)
+        picks = f"`{s['picks']}`" if s["picks"] else "no"
+        tested = s["tested"] or ("no model head" if not s["methods"].get("sample_draft") else "not reached")
+        out.append(f"| `{s['name']}` | `{s['module']}` | {owners} | {picks} | {tested} |")
+    said = [(s["name"], why, message) for s in speculators for why, message in s["refusals"].items()]
+    if said:
+        out += [
+            "",
+            "With `use_local_argmax_reduction` on, what each speculator's load says (its",
+            "`_validate_local_argmax_reduction`, and `DraftModelSpeculator.load_model` where its own load reaches it",
+            "through `super()`):",
+        ]
+        out += [""] + [f"- `{name}`, {why}: {message}" for name, why, message in said]
     return out + [""]

@@ -74,6 +74,15 @@ ROW = {
     "cells": Map(CELL),
 }
 CLASS = {"name": LINE, "module": LINE, "methods": [LINE], "how": LINE, "confirmed": LINE, "tested": LINE}
+SPECULATOR = {
+    "name": LINE,
+    "module": LINE,
+    "bases": [LINE],
+    "methods": Map(Text()),
+    "picks": Text(),
+    "tested": Text(),
+    "refusals": Map(LINE),
+}
 SCRIPT = {"exit": int, "output": [LINE]}
 END_TO_END = {"command": LINE, "cells": Map(Map(CELL)), "scripts": Map(SCRIPT)}
 CHANGE = {"?evidence": [{"quote": LINE, "line": Nullable(int)}], "?script": {"exit": Nullable(int), "line": Text()}}
@@ -87,6 +96,7 @@ REPORT = {
     "budget": {"examples": int, "backend": LINE, "tps": [int], "profile": LINE, "?gloo_share": float},
     "?classes": [CLASS],
     "?refusal": Map(LINE),
+    "?speculators": [SPECULATOR],
     "rows": [ROW],
     "?end_to_end": END_TO_END,
     "?changes": CHANGES,

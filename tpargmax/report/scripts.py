@@ -25,6 +25,7 @@ from engines.versions import VLLM_VERSION, vllm_page, vllm_releases, vllm_repro
 from engines.vllm.causes import scripts as templates
 from engines.vllm.causes.script_catalog import SCRIPTS, Script
 from engines.vllm.releases import findings
+from engines.vllm.releases import scripts as release_scripts
 from engines.vllm.wheel import shm
 from properties.cases.case import Case
 from properties.cases.tensors import build
@@ -220,14 +221,22 @@ def path_of(script: Script, root: Path = ROOT) -> Path:
     return root / vllm_page(script.release) / f"{script.stem}.py"
 
 
+def every_script() -> tuple[Script, ...]:
+    """The first release's scripts (``engines.vllm.causes.script_catalog``), then each later release's, from its
+    file (``[[vllm.scripts]]``)."""
+    return SCRIPTS + release_scripts()
+
+
 def scripts() -> list[Script]:
     """One script a cause, in the causes' order (a later release's new causes after the first's); a ValueError names
     a cause without one, or a script without a cause."""
-    by_cause = {script.cause: script for script in SCRIPTS}
+    every = every_script()
+    by_cause = {script.cause: script for script in every}
     ids = list(dict.fromkeys(c.id for release in vllm_releases() for c in findings(release, "vllm").causes))
     missing, unknown = [i for i in ids if i not in by_cause], sorted(set(by_cause) - set(ids))
-    if missing or unknown or len(by_cause) != len(SCRIPTS):
-        raise ValueError(f"engines.vllm.causes.script_catalog.SCRIPTS: no script for {missing}, no cause for {unknown}")
+    if missing or unknown or len(by_cause) != len(every):
+        where = "script_catalog.SCRIPTS and the releases' [[vllm.scripts]]"
+        raise ValueError(f"{where}: no script for {missing}, no cause for {unknown}")
     return [by_cause[i] for i in ids]
 
 

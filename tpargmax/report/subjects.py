@@ -170,18 +170,73 @@ def model_runs() -> tuple[list[Run], list[dict[str, Any]], dict[str, str]]:
         for m in discovery.discover()
     ]
     no_method = next((c["name"] for c in classes if not c["methods"]), None)
-    refusal = {no_method: discovery.proposer_refuses(no_method)} if no_method else {}
-    return runs, classes, refusal
+    said = discovery.proposer_refuses(no_method) if no_method else None
+    return runs, classes, {no_method: said} if said else {}
+
+
+def speculator_runs(classes: list[dict[str, Any]]) -> tuple[list[Run], list[dict[str, Any]]]:
+    """Model Runner V2's speculators: a run for each speculator that reaches the switch, on and off, and the
+    page's table of every speculator the wheel ships, with what each says at load to a draft class without
+    ``get_top_tokens`` (the first such class discovery found, ``classes``), beside a probabilistic draft and beside
+    adaptive verification's acceptance estimator."""
+    from engines.vllm.subjects import speculators
+    from engines.vllm.wheel import speculators as wheel
+
+    kinds = {"local_draft": "vLLM speculator", "classic_draft": "vLLM speculator, classic path"}
+    subjects = []
+    for spec in speculators.specs():
+        target = spec.partition(":")[2]
+        path = target.rpartition(".")[2]
+        subject = Subject(spec, kinds[path], load_impl_doc(spec), target, vllm=True)
+        subjects += [subject, twin(subject)]
+    no_method = next((c for c in classes if not c["methods"]), None)
+    with_method = next((c for c in classes if c["methods"] and c["name"] != "LocalArgmaxMixin"), None)
+    table, mine = [], speculators.SPEC
+    for found in wheel.scan():
+        entry = {
+            "name": found.name,
+            "module": found.module,
+            "bases": list(found.bases),
+            "methods": {m: found.owner(m) or "" for m in wheel.METHODS},
+            "picks": " > ".join(found.picks),
+            "tested": ", ".join(f"`{s.label}`" for s in subjects if s.spec.startswith(f"{mine}:{found.name}.")),
+            "refusals": {},
+        }
+        if found.owner("_validate_local_argmax_reduction"):
+            for label, model, config in (
+                ("a draft class without get_top_tokens", no_method, {}),
+                ("a probabilistic draft", with_method, {"draft_sample_method": "probabilistic"}),
+            ):
+                if model is not None:
+                    cls = getattr(importlib.import_module(model["module"]), model["name"])
+                    entry["refusals"][f"{label} (`{model['name']}`)"] = wheel.refuses(found, cls, **config)
+            if with_method is not None:  # its load, through super(), beside adaptive verification's estimator
+                cls = getattr(importlib.import_module(with_method["module"]), with_method["name"])
+                label = f"beside the acceptance estimator, a draft without a confidence head (`{with_method['name']}`)"
+                entry["refusals"][label] = wheel.refuses_beside_the_estimator(found, cls)
+        table.append(entry)
+    by_class: dict[str, list[Subject]] = {}  # a run per speculator: within a row's time limit, started alike
+    for subject in subjects:
+        by_class.setdefault(subject.label.partition(".")[0], []).append(subject)
+    return [Run(tuple(group)) for group in by_class.values()], table
+
+
+def load_impl_doc(spec: str) -> str:
+    """What a subject runs, in its docstring's words."""
+    from sharded.impls import load_impl
+
+    return (load_impl(spec).fn.__doc__ or "").strip()
 
 
 def triton_rows() -> tuple[tuple[tuple[str, str], ...], float]:
     """Where Triton's kernels run for a page's rows: natively on a GPU, else under its CPU interpreter
     (``TRITON_INTERPRET=1`` in the rows' environment, which their replay commands carry); and the collective timeout
-    for that speed."""
+    for that speed (the top-k/top-p kernel's 151,936-id pinned case took 5 min 45 s to replay on a 2-core machine,
+    so 300 s ran out under load)."""
     import torch
 
     native = torch.cuda.is_available()
-    return ((), 30.0) if native else ((("TRITON_INTERPRET", "1"),), 300.0)
+    return ((), 30.0) if native else ((("TRITON_INTERPRET", "1"),), 900.0)
 
 
 def xpress_runs() -> list[Run]:

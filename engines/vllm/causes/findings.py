@@ -28,7 +28,7 @@ REASONS = (
             "product, and transformers' assistant uses the same scheme. When the best token sits in an unselected "
             "centroid both `compute_logits` and `get_top_tokens` return the best candidate instead; the target's "
             "verification rejects that draft, which costs acceptance, never output. In 0.32.0's F42 and F44 the "
-            "maximum (token 900) is in centroid 5 while centroids 6 and 4 are kept; in its F43, F45 and F68, with "
+            "maximum (token 900) is in centroid 5 while centroids 6 and 4 are kept; in its F43, F45 and F124, with "
             "inputs that differ per rank, the lowest of the ids at the soft cap, 11, is in a centroid left out (with "
             "every centroid kept, the corrected head returns 11)."
         ),

@@ -31,6 +31,10 @@ class Script:
     release: str = VLLM_VERSION  # the release whose page the cause is on (its folder, its repro files)
 
 
+# The first release's causes' scripts; a later release's are data in its own file (engines/vllm/releases/X.toml,
+# [[vllm.scripts]]: these fields but ``release``, which is the file's).
+
+
 # V4: the smallest head past 2**24 ids is hidden size 1 (2**24 + 2 float32 rows: 64 MiB, 32 MiB a rank).
 _FLOAT_IDS = (
     "WINNER = 2**24 + 1  # odd: float32 cannot hold it, and 2**24 + 2 ids are the fewest that include it\n"
@@ -175,32 +179,5 @@ SCRIPTS: tuple[Script, ...] = (
         constants="CENTROIDS = 8  # Gemma4MTPMaskedEmbedder: 8 centroids of 125 tokens, seeded as the suite seeds them",
         note="Ids 46, 79, 202 and 245 (raw logits 504, 696, 568, 632) all cap to 30.0 in float32: the classic path "
         "takes the lowest id; the masked head scatters the raw logits, uncapped, and argmax takes the largest.",
-    ),
-    Script(
-        "V14",
-        "V14-muse-spark-output-transform",
-        "muse_spark",
-        "test_token_exact-engines_vllm_models_MuseSpark1xForCausalLM_get_top_tokens-gloo-a7b148d205",
-        tp=2,
-        rows=(1,),
-        keep=(46, 79, 202, 245),
-        constants="MULTIPLIER, CAP = 0.5, 15.0  # output_multiplier, final_logit_softcapping: the case's scale and cap",
-        note="Ids 46, 79, 202 and 245 (raw logits 504, 696, 568, 632) all become 15.0 in float32 after the multiplier "
-        "and the tanh cap: the classic path takes the lowest id; the local argmax ranks the raw logits and takes "
-        "the largest.",
-        release="0.33.0",
-    ),
-    Script(
-        "V15",
-        "V15-xpress-candidate-tie-order",
-        "xpress_top_c",
-        "test_token_exact-engines_vllm_xpress_argmax_vllm_xpress_candidate_argmax-gloo-e4258071c8",
-        tp=2,
-        rows=(1,),
-        keep=(241, 619),
-        constants="TOPC = 512  # XPressRefinerHead's default xpress_topc (qwen3_xpress.py:263)",
-        note="Ids 241 (rank 0 of the case's 4) and 619 (rank 2) tie at 524.0: the classic path takes 241; `_topk` "
-        "returns 619 first, and the kernel's first maximum is 619.",
-        release="0.33.0",
     ),
 )

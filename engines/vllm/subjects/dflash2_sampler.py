@@ -106,6 +106,13 @@ HEAD: dict[str, object] = {"d2t": "none", "target_extra": 0}
 _RS: Any = None  # the rejection functions, set by _kernels() before the driver's first launch
 
 
+@cache
+def _row_mapped() -> bool:
+    """Whether the release's statistics kernel reads the draft-logits cache through a row mapping (0.34.0 on:
+    ``draft_logits_row_mapping_ptr``, batch-sharded sampling's), read from its file."""
+    return "draft_logits_row_mapping_ptr" in (vllm_dir() / REJECTION).read_text()
+
+
 def _bonus_logits() -> int:
     """The logits a request holds after its draft steps': 0 through vLLM 0.32.0 (its statistics kernel knows the
     bonus by ``num_speculative_steps``), 1 from ``BONUS_LAYOUT_SINCE`` (the bonus logit itself)."""
@@ -130,6 +137,10 @@ def _rejection_functions() -> types.ModuleType:
     module = types.ModuleType(name)
     module.__file__ = str(path)
     module.__dict__.update(torch=torch, triton=triton, tl=tl, tldevice=tldevice)
+    if _row_mapped():  # 0.34.0 on: the functions find a request's cache row with draft_logits.draft_logits_row
+        from engines.vllm.wheel.triton_files import DRAFT_LOGITS, load
+
+        module.draft_logits_row = load(DRAFT_LOGITS).draft_logits_row
     sys.modules[name] = module  # Triton's JIT looks a kernel's module up by name
     exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), module.__dict__)  # noqa: S102
     return module
@@ -146,17 +157,25 @@ def _driver():
     @triton.jit
     def draft_log_prob_kernel(
         out_ptr, token_ptr, temp_ptr, target_ptr, target_stride, tmax_ptr, tmax_stride, tsum_ptr, tsum_stride,
-        draft_ptr, draft_stride_0, draft_stride_1, dmax_ptr, dmax_stride, dsum_ptr, dsum_stride, vocab_num_blocks,
-        PADDED_VOCAB_NUM_BLOCKS: tl.constexpr, PER: tl.constexpr, STEP: tl.constexpr,
+        draft_ptr, draft_stride_0, draft_stride_1, row_map_ptr, dmax_ptr, dmax_stride, dsum_ptr, dsum_stride,
+        vocab_num_blocks, PADDED_VOCAB_NUM_BLOCKS: tl.constexpr, PER: tl.constexpr, STEP: tl.constexpr,
+        ROW_MAPPED: tl.constexpr,
     ):  # fmt: skip
         row = tl.program_id(0).to(tl.int64)
         token = tl.load(token_ptr + row)
         temp = tl.load(temp_ptr + row).to(tl.float32)
-        _, draft_log_prob, _, _ = _RS._compute_global_logprobs_and_logsumexp(
-            token, True, row * PER + STEP, row, STEP, temp, target_ptr, target_stride, tmax_ptr, tmax_stride, tsum_ptr,
-            tsum_stride, draft_ptr, draft_stride_0, draft_stride_1, dmax_ptr, dmax_stride, dsum_ptr, dsum_stride,
-            vocab_num_blocks, PADDED_VOCAB_NUM_BLOCKS, True,
-        )  # fmt: skip
+        if ROW_MAPPED:  # 0.34.0 on: the function takes the cache's row mapping after its strides
+            _, draft_log_prob, _, _ = _RS._compute_global_logprobs_and_logsumexp(
+                token, True, row * PER + STEP, row, STEP, temp, target_ptr, target_stride, tmax_ptr, tmax_stride,
+                tsum_ptr, tsum_stride, draft_ptr, draft_stride_0, draft_stride_1, row_map_ptr, dmax_ptr, dmax_stride,
+                dsum_ptr, dsum_stride, vocab_num_blocks, PADDED_VOCAB_NUM_BLOCKS, True,
+            )  # fmt: skip
+        else:
+            _, draft_log_prob, _, _ = _RS._compute_global_logprobs_and_logsumexp(
+                token, True, row * PER + STEP, row, STEP, temp, target_ptr, target_stride, tmax_ptr, tmax_stride,
+                tsum_ptr, tsum_stride, draft_ptr, draft_stride_0, draft_stride_1, dmax_ptr, dmax_stride, dsum_ptr,
+                dsum_stride, vocab_num_blocks, PADDED_VOCAB_NUM_BLOCKS, True,
+            )  # fmt: skip
         tl.store(out_ptr + row, draft_log_prob)
 
     return draft_log_prob_kernel
@@ -208,18 +227,22 @@ def _processed_log_probs(
     t_max, t_sum, d_max, d_sum = (torch.empty(n * per, blocks, **f32) for _ in range(4))
     rows = torch.arange(n, **i64).repeat_interleave(per)  # expanded_idx_mapping: each logit's request
     local_pos = torch.arange(per, **i64).repeat(n)  # expanded_local_pos: the draft steps, then the bonus
-    # The last argument: num_speculative_steps through 0.32.0, num_logits from 0.33.0 on.
+    # From 0.34.0 the cache's row mapping follows its strides: each request at its own row (identity; Triton's
+    # interpreter takes no None for a pointer).  The last argument: num_speculative_steps through 0.32.0, num_logits
+    # from 0.33.0 on.
+    row_map = (torch.arange(n, dtype=torch.int32, device=draft_logits.device),) if _row_mapped() else ()
     rs._compute_local_logits_stats_kernel[(n * per, blocks)](
         t_argmax, t_argmax.stride(0), t_max, t_max.stride(0), t_sum, t_sum.stride(0), d_max, d_max.stride(0),
         d_sum, d_sum.stride(0), target, target.stride(0), draft_logits, draft_logits.stride(0),
-        draft_logits.stride(1), rows, local_pos, temperature, vocab_size, n * per if _bonus_logits() else steps,
-        BLOCK_SIZE=VOCAB_BLOCK_SIZE, HAS_DRAFT_LOGITS=True,
+        draft_logits.stride(1), *row_map, rows, local_pos, temperature, vocab_size,
+        n * per if _bonus_logits() else steps, BLOCK_SIZE=VOCAB_BLOCK_SIZE, HAS_DRAFT_LOGITS=True,
     )  # fmt: skip
     out = torch.full((n,), math.nan, **f32)
     _driver()[(n,)](
         out, tokens.contiguous(), temperature, target, target.stride(0), t_max, t_max.stride(0), t_sum,
-        t_sum.stride(0), draft_logits, draft_logits.stride(0), draft_logits.stride(1), d_max, d_max.stride(0),
-        d_sum, d_sum.stride(0), blocks, PADDED_VOCAB_NUM_BLOCKS=padded, PER=per, STEP=steps - 1,
+        t_sum.stride(0), draft_logits, draft_logits.stride(0), draft_logits.stride(1), *(row_map or (None,)),
+        d_max, d_max.stride(0), d_sum, d_sum.stride(0), blocks, PADDED_VOCAB_NUM_BLOCKS=padded, PER=per,
+        STEP=steps - 1, ROW_MAPPED=bool(row_map),
     )  # fmt: skip
     return out
 
@@ -251,6 +274,7 @@ def _walk(ids: torch.Tensor, unary: torch.Tensor, sampling: SamplingParams, widt
             sampler = speculator.CandidateSampler(m, steps, k, kernel_device)
             tokens = torch.zeros(m * steps, **i64)
             cache = torch.full((m, steps, width), -math.inf, dtype=torch.float32, device=kernel_device)
+            logits_cache = _draft_logits_cache(speculator, cache)
             sampler.sample(
                 on(ids[rows].view(m, 1, k).expand(m, steps, k)),
                 on(scores),
@@ -260,12 +284,27 @@ def _walk(ids: torch.Tensor, unary: torch.Tensor, sampling: SamplingParams, widt
                 temperature[index].contiguous(),
                 seeds[index].contiguous(),
                 tokens,
-                cache,
+                logits_cache,
                 False,
             )
             draft_tokens[index], draft_logits[index] = tokens.view(m, steps)[:, -1], cache
         processed = _processed_log_probs(rs, draft_logits, draft_tokens, temperature, vocab)
     return draft_tokens.to(device), processed.to(device)
+
+
+def _draft_logits_cache(speculator: Any, cache: torch.Tensor) -> Any:
+    """The draft-logits cache as the release's walk takes it: the tensor itself, or from 0.34.0 on vLLM's own
+    ``DraftLogitsCache``, replicated (no row mapping: each request at its own row), holding ``cache`` as its values;
+    under Triton's interpreter, which fails on a None pointer argument, the identity row mapping says the same."""
+    cache_class = getattr(speculator, "DraftLogitsCache", None)
+    if cache_class is None:
+        return cache
+    m, steps, width = cache.shape
+    held = cache_class(m, steps, width, dtype=cache.dtype, fill=-math.inf, device=cache.device)
+    held.values = cache  # the same rows: written in place, read back as ``cache``
+    if interpreting():  # Triton's interpreter takes no None for a pointer: the same rows, mapped one to one
+        held.row_mapping = torch.arange(m, dtype=torch.int32, device=cache.device)
+    return held
 
 
 def _sample(
@@ -340,6 +379,7 @@ for _fn in (vllm_dflash2_sampler, vllm_dflash2_sampler_corrected, vllm_dflash2_s
     _fn.head = HEAD
     _fn.process_bound = True
     _fn.start = _start
+    _fn.preflight = layer.cannot_start
     _fn.needs = _needs
     _fn.env = (SHM_ENV,)
     _fn.packages, _fn.pass_unjudged = layer.PACKAGES, layer.pass_unjudged

@@ -44,7 +44,9 @@ def _build_gemma4_mtp(centroids: int | None, top_k: int, ordered: bool) -> Calla
             masked.centroids.weight.data.copy_(torch.randn(centroids, HIDDEN, generator=g))
             order = torch.randperm(GEMMA4_VOCAB, generator=g) if ordered else torch.arange(GEMMA4_VOCAB)
             masked.token_ordering.copy_(order)
-        names = ("get_top_tokens", "compute_logits", "_get_full_lm_head_weight")
+        # the gather of the full head is its own method from 0.34.0 on (_gather_full_lm_head_weight)
+        wanted = ("get_top_tokens", "compute_logits", "_get_full_lm_head_weight", "_gather_full_lm_head_weight")
+        names = tuple(n for n in wanted if hasattr(Gemma4MTP, n))
         # looked up on the class at each call, so a correction patched onto it (engines.vllm.subjects.corrected) runs
         # here
         methods = {n: lambda self, *a, _n=n, **k: getattr(Gemma4MTP, _n)(self, *a, **k) for n in names}

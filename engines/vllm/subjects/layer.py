@@ -23,11 +23,13 @@ import importlib.util
 import os
 import random
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from engines.vllm.wheel.discovery import INSTALL_HINT
+from engines.vllm.wheel.hardware import without_triton_cpu
 from engines.vllm.wheel.shm import cpu_kernels_missing, shm_not_in_use, shm_unavailable
 from sharded.layout import ShardLayout
 
@@ -71,6 +73,67 @@ def pass_unjudged(versions: dict[str, str]) -> str | None:
 def why_shm_unavailable() -> str | None:
     """:func:`why_unavailable` for a run that will set ``TPARGMAX_VLLM_SHM=1`` (the report's shared-memory rows)."""
     return INSTALL_HINT if not vllm_available() else shm_unavailable()
+
+
+PREFLIGHT_TIMEOUT = 300.0  # imports on a loaded 2-core machine take tens of seconds
+_CHECKOUT = Path(__file__).resolve().parents[3]  # where the child imports this module from
+_ANSWER = "tpargmax preflight: "  # the child's answer line, among whatever vLLM prints
+
+
+@cache
+def cannot_start() -> str | None:
+    """Why vLLM cannot start here as a rank process starts it (:func:`start_vllm`'s imports and stand-ins, then its
+    ``VllmConfig()``), in one line with what it needs, or None.  Asked once, in a child process (an import that
+    aborts the interpreter is an answer too), before a run starts any rank: a build the suite cannot start is said
+    up front, not once per property.  vLLM absent is :func:`why_unavailable`'s to say."""
+    import subprocess
+    import sys
+
+    if not vllm_available() or (STARTS_ENV in os.environ and os.environ[STARTS_ENV] == starts_here()):
+        return None
+    code = f"import {__name__} as layer; print({_ANSWER!r} + (layer.start_error() or ''))"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=PREFLIGHT_TIMEOUT, cwd=_CHECKOUT
+        )
+    except subprocess.TimeoutExpired:
+        return f"vLLM did not start within {PREFLIGHT_TIMEOUT:g} s (its imports and VllmConfig(), in a child process)"
+    answers = [line[len(_ANSWER) :] for line in done.stdout.splitlines() if line.startswith(_ANSWER)]
+    if done.returncode == 0 and answers:
+        return answers[-1] or None
+    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return f"starting vLLM ended the process (exit {done.returncode}): {tail}"
+
+
+STARTS_ENV = "TPARGMAX_VLLM_STARTS"  # set by a command that asked already, for the pytest runs it starts
+
+
+def starts_here() -> str:
+    """What :data:`STARTS_ENV` holds once :func:`cannot_start` said None: the vLLM it asked about (its package's
+    place), so another interpreter's vLLM is asked again."""
+    spec = importlib.util.find_spec("vllm")
+    return str(spec.origin) if spec is not None else ""
+
+
+def start_error() -> str | None:
+    """In this process: what :func:`start_vllm` raises before any distributed state, as one line with vLLM's line
+    that raised it, or None."""
+    import traceback
+
+    from vllm.version import __version__
+
+    try:
+        from vllm.config import VllmConfig
+
+        for module in _USES:
+            importlib.import_module(module)
+        without_cpu_kernels()
+        VllmConfig()
+    except Exception as exc:  # noqa: BLE001 - what it raised is the answer
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/vllm/" in f.filename][-1:]
+        at = "".join(f" (at vllm/{f.filename.split('/vllm/')[-1]}:{f.lineno})" for f in frames)
+        return f"vLLM {__version__} cannot start here: {type(exc).__name__}: {exc}{at}"
+    return None
 
 
 def start_vllm(group: Any) -> None:
@@ -119,6 +182,7 @@ def without_cpu_kernels() -> None:
     from vllm.model_executor.layers import utils
 
     utils.check_cpu_sgl_kernel = lambda n, k, dtype: False
+    without_triton_cpu()
 
 
 def _started() -> bool:
@@ -223,6 +287,7 @@ def _top_k(hidden, weight, bias, layout, scale, soft_cap, d2t, k, *, log_probs):
 for _fn in (vllm_local_argmax, vllm_classic, vllm_top_k, vllm_top_k_log_probs):
     _fn.process_bound = True
     _fn.start = start_vllm
+    _fn.preflight = cannot_start  # asked once before a run starts any rank (sharded.impls.Impl.cannot_start)
     _fn.needs = why_unavailable  # what a replay checks before it judges (sharded.impls.Impl.why_unavailable)
     _fn.env = (SHM_ENV,)  # what a repro file records of the environment it failed in
     _fn.packages, _fn.pass_unjudged = PACKAGES, pass_unjudged

@@ -25,7 +25,7 @@ import torch
 
 from engines.versions import vllm_release
 from engines.vllm.subjects import dense, eagle, gemma4, mtp, topk
-from engines.vllm.subjects.layer import PACKAGES, SHM_ENV, pass_unjudged, start_vllm, why_unavailable
+from engines.vllm.subjects.layer import PACKAGES, SHM_ENV, cannot_start, pass_unjudged, start_vllm, why_unavailable
 from engines.vllm.wheel.build import Built, Subject
 
 SPEC = "engines.vllm.models"
@@ -50,6 +50,10 @@ COVERAGE: dict[str, str] = {
         "needs a newer flash-attn helper", "DeepseekV32MultiTokenPredictor", "DeepseekV32MTP"
     ),
     "Qwen3_5MoeMTP": _UNCHANGED.format("torchvision", "Qwen3_5MTP", "Qwen3_5MTP"),
+    "RicursiveDFlash2ForCausalLM": "DFlash2Qwen3ForCausalLM with its own decoder layers (0.34.0 on): it inherits "
+    "DFlash2Qwen3ForCausalLM's get_top_tokens and compute_candidates unchanged: covered by DFlash2Qwen3ForCausalLM",
+    "MiniMaxM3DSparkForCausalLM": "a DSpark draft of MiniMax M3 (0.34.0 on): it inherits Qwen3DSparkForCausalLM's "
+    "get_top_tokens and compute_logits unchanged: covered by Qwen3DSparkForCausalLM",
     "InternS2MobiusMTP": _UNCHANGED.format("torchvision", "Qwen3_5MTP", "Qwen3_5MTP"),
     "Qwen3LLMForCausalLM": _UNCHANGED.format("torchvision", "Qwen3ForCausalLM", "Qwen3ForCausalLM")
     + " (its constructor makes the same untied/tied ParallelLMHead and LogitsProcessor(vocab_size))",
@@ -140,6 +144,7 @@ def _impl(name: str, path: str) -> Callable[..., Any]:
     fn.__doc__ = f"vLLM's {subject.cls}.{path} ({subject.how})"
     fn.process_bound = True
     fn.start = start
+    fn.preflight = cannot_start
     fn.needs = why_unavailable  # vLLM, and its shared-memory communicator where TPARGMAX_VLLM_SHM=1
     fn.env = (SHM_ENV,)
     fn.packages, fn.pass_unjudged = PACKAGES, pass_unjudged

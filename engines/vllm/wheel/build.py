@@ -41,17 +41,25 @@ class Subject:
     paths: tuple[str, ...] = ("get_top_tokens", "compute_logits")
     values: str = "logits"  # what its top-k values are: "logits", or "log_probs" (return_log_probs=True)
     since: str = ""  # the first release under test that ships the class, where it is not the first release
+    until: str = ""  # the first release under test that no longer ships it (renamed or removed), if any
 
     def shipped_in(self, release: str) -> bool:
-        """Whether ``release`` ships the class: the installed build, by whether it holds the class's module (a
-        contributor's build holds what it holds, whatever its version says); another release by :attr:`since`."""
-        return holds(self.module) if release == installed_vllm() else shipped(self.since, release)
+        """Whether ``release`` ships the class: the installed build, by whether its module defines the class (a
+        contributor's build holds what it holds, whatever its version says); another release by :attr:`since` and
+        :attr:`until`."""
+        if release == installed_vllm():
+            return holds(self.module, self.cls)
+        return shipped(self.since, release) and not (self.until and shipped(self.until, release))
 
 
-def holds(module: str) -> bool:
-    """Whether the installed vLLM has ``module`` (``vllm.models...``) as a file or package, read without importing."""
+def holds(module: str, cls: str = "") -> bool:
+    """Whether the installed vLLM has ``module`` (``vllm.models...``) as a file or package, and where ``cls`` is
+    given, a class of that name defined at its top level; read without importing."""
     path = vllm_root().joinpath(*module.split(".")[1:])
-    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+    found = next((p for p in (path.with_suffix(".py"), path / "__init__.py") if p.is_file()), None)
+    if found is None or not cls:
+        return found is not None
+    return any(isinstance(n, ast.ClassDef) and n.name == cls for n in ast.parse(found.read_bytes()).body)
 
 
 def shipped(since: str, release: str) -> bool:

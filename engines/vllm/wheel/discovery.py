@@ -268,13 +268,16 @@ for line in sys.stdin.read().splitlines():
 """
 
 
-def proposer_refuses(name: str) -> str:
-    """The ``ValueError`` vLLM's proposer raises when ``use_local_argmax_reduction`` meets a draft class without
+def proposer_refuses(name: str) -> str | None:
+    """The ``ValueError`` vLLM's V1 proposer raises when ``use_local_argmax_reduction`` meets a draft class without
     ``get_top_tokens``: ``SpecDecodeBaseProposer._maybe_share_lm_head`` run on a stand-in proposer whose ``model``
-    is an (uninitialised) instance of the class and whose target has no head to share."""
+    is an (uninitialised) instance of the class and whose target has no head to share.  None where the wheel has
+    no V1 proposer (0.34.0 on: Model Runner V2's speculators refuse it, :mod:`engines.vllm.wheel.speculators`)."""
     found = [m for m in scan() if m.name == name]
     if not found:
         raise LookupError(f"{name} is not a discovered class")
+    if not (vllm_root() / "v1/spec_decode/llm_base_proposer.py").is_file():
+        return None
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
     cls = getattr(importlib.import_module(found[0].module), name)

@@ -28,7 +28,15 @@ INSTALL_COMMAND = "`.venv/bin/tpargmax install-samplers`"
 INSTALL_HINT = f"vLLM's samplers need vLLM {VLLM_VERSION}, Triton and NumPy: install them with {INSTALL_COMMAND}"
 GUMBEL = "v1/worker/gpu/sample/gumbel.py"
 DFLASH2 = "v1/worker/gpu/spec_decode/dflash2/speculator.py"
-_MODULES = {GUMBEL: "vllm.v1.worker.gpu.sample.gumbel", DFLASH2: "vllm.v1.worker.gpu.spec_decode.dflash2.speculator"}
+DRAFT_LOGITS = "v1/worker/gpu/spec_decode/draft_logits.py"  # 0.34.0 on: draft_logits_row, which both kernels call
+_MODULES = {
+    GUMBEL: "vllm.v1.worker.gpu.sample.gumbel",
+    DFLASH2: "vllm.v1.worker.gpu.spec_decode.dflash2.speculator",
+    DRAFT_LOGITS: "vllm.v1.worker.gpu.spec_decode.draft_logits",
+}
+# the Triton files a file's kernels call into, loaded first and standing for their vLLM modules while it runs its
+# imports (each where the wheel has it; a file not listed calls into none)
+_DEPENDS = {DRAFT_LOGITS: (), GUMBEL: (DRAFT_LOGITS,), DFLASH2: (DRAFT_LOGITS, GUMBEL)}
 # A file's other vLLM imports, imported first as vLLM's own modules: imported while ``vllm.triton_utils`` is the
 # two-name stand-in, their own imports (``HAS_TRITON``, from the mamba ops the DFlash speculator pulls in) fail.
 _FIRST = {DFLASH2: ("vllm.config", "vllm.config.compilation", "vllm.v1.worker.gpu.spec_decode.dflash.speculator")}
@@ -106,7 +114,8 @@ def _real_triton(stands_for: dict[str, ModuleType]) -> Iterator[None]:
 
 @cache
 def load(relative: str, edits: tuple[tuple[str, str], ...] = ()) -> ModuleType:
-    """Execute ``vllm/<relative>`` from the wheel under a private name (the gumbel file first, for DFlash2's).
+    """Execute ``vllm/<relative>`` from the wheel under a private name (the files its kernels call first:
+    :data:`_DEPENDS`).
 
     ``edits``: a correction, ``(old, new)`` text replacements each of which must match the installed file exactly
     once (else ``RuntimeError``: the correction is for another release).  The corrected file runs under its own
@@ -116,7 +125,7 @@ def load(relative: str, edits: tuple[tuple[str, str], ...] = ()) -> ModuleType:
         raise RuntimeError(reason)
     for module_name in _FIRST.get(relative, ()):
         importlib.import_module(module_name)
-    stands_for = {_MODULES[GUMBEL]: load(GUMBEL)} if relative != GUMBEL else {}
+    stands_for = {_MODULES[dep]: load(dep) for dep in _DEPENDS.get(relative, ()) if (vllm_dir() / dep).is_file()}
     path = vllm_dir() / relative
     name = "tpargmax_vllm_" + relative.removesuffix(".py").replace("/", "_") + ("_corrected" if edits else "")
     if edits:
