@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from engines.vllm.subjects.layer import INSTALL_HINT
 from engines.vllm.wheel import speculators
 
 BASE = """
@@ -130,7 +131,7 @@ def test_a_multi_module_speculator_that_takes_another_steps_head_is_caught():
     from properties.harness.runner import rank_kwargs
     from properties.oracle import answer
 
-    pytest.importorskip("vllm")
+    pytest.importorskip("vllm", reason=INSTALL_HINT)
     from engines.vllm.subjects import speculators as subjects
 
     if "MultiModuleMTPSpeculator" not in subjects._found():
@@ -159,7 +160,7 @@ def test_the_switch_changes_a_nan_rows_draft_token_and_the_correction_agrees():
     from properties.harness.runner import rank_kwargs
     from properties.oracle import answer
 
-    pytest.importorskip("vllm")
+    pytest.importorskip("vllm", reason=INSTALL_HINT)
     from engines.vllm.corrections.speculators import PATCHES
     from engines.vllm.subjects import speculators as subjects
 
