@@ -123,12 +123,7 @@ def start_error() -> str | None:
     from vllm.version import __version__
 
     try:
-        from vllm.config import VllmConfig
-
-        for module in _USES:
-            importlib.import_module(module)
-        without_cpu_kernels()
-        VllmConfig()
+        _configured()
     except Exception as exc:  # noqa: BLE001 - what it raised is the answer
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/vllm/" in f.filename][-1:]
         at = "".join(f" (at vllm/{f.filename.split('/vllm/')[-1]}:{f.lineno})" for f in frames)
@@ -152,14 +147,10 @@ def start_vllm(group: Any) -> None:
     ident = group.all_reduce(torch.tensor([random.getrandbits(62) if group.rank == 0 else 0]), op="max")
     shared = os.environ.get(SHM_ENV) == "1"
     os.environ["VLLM_DIST_IDENT"] = f"tpargmax-{int(ident[0])}" + ("" if shared else f"-rank{group.rank}")
-    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.config import set_current_vllm_config
     from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
 
-    for module in _USES:  # imported now, not in a timed task
-        importlib.import_module(module)
-    without_cpu_kernels()
-
-    _config.append(set_current_vllm_config(VllmConfig()))  # vLLM's layers read it; held open for the process
+    _config.append(set_current_vllm_config(_configured()))  # vLLM's layers read it; held open for the process
     _config[-1].__enter__()
     init_distributed_environment(group.world_size, group.rank, "env://", group.rank, backend="gloo")
     ensure_model_parallel_initialized(group.world_size, 1)
@@ -167,6 +158,17 @@ def start_vllm(group: Any) -> None:
     if why:
         _refused.append(f"{SHM_ENV}=1: {why}")
         raise RuntimeError(_refused[0])
+
+
+def _configured() -> Any:
+    """vLLM's modules the subjects use imported (now, not in a timed task), the hardware's checks answered, and a
+    ``VllmConfig()``: the start-up's steps before any distributed state, which :func:`start_error` asks alone."""
+    from vllm.config import VllmConfig
+
+    for module in _USES:
+        importlib.import_module(module)
+    without_cpu_kernels()
+    return VllmConfig()
 
 
 def without_cpu_kernels() -> None:
