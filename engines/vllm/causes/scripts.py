@@ -260,6 +260,7 @@ SCRIPT = Template(
 """
 
 import importlib.util
+import inspect
 import os
 import sys
 import tempfile
@@ -301,27 +302,7 @@ def said(exc: BaseException) -> str:
     return type(exc).__name__ + (f": {exc}" if str(exc) else "") + at
 
 
-def answer_triton_cpu() -> None:
-    """vLLM 0.34.0's CPU platform refuses an x86 CPU whose Triton has no CPU backend
-    (`CpuPlatform.check_and_update_config`: "vLLM on x86 CPUs requires Triton (triton-cpu)"), a check for its model
-    runner's kernels, which this script never reaches: answered yes while it runs; the rest of it runs as shipped."""
-    import inspect
-
-    import vllm.triton_utils as triton_utils
-    from vllm.platforms.cpu import CpuPlatform
-
-    check = CpuPlatform.check_and_update_config.__func__
-    if "requires Triton" not in inspect.getsource(check):  # before 0.34.0: a warning at most
-        return
-
-    def answered(cls, config) -> None:
-        had, triton_utils.HAS_TRITON = triton_utils.HAS_TRITON, True
-        try:
-            check(cls, config)
-        finally:
-            triton_utils.HAS_TRITON = had
-
-    CpuPlatform.check_and_update_config = classmethod(answered)
+$hardware
 
 
 def rank(r: int, store: str, out) -> None:
@@ -334,7 +315,7 @@ def rank(r: int, store: str, out) -> None:
         from vllm.model_executor.layers.logits_processor import LogitsProcessor
         from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
-        answer_triton_cpu()
+        without_triton_cpu()  # a check for kernels this script never reaches
         config = VllmConfig()
     except Exception as exc:  # vLLM refuses to start here: nothing is judged, and the parent hears it now
         out.put(UNJUDGED + f"vLLM cannot start on rank {r}: {said(exc)}")

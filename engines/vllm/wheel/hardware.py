@@ -1,11 +1,11 @@
 """Checks of vLLM's that ask only for the hardware's kernels, answered where the suite runs vLLM's Python code without
 them: the one place that knows which, so the rank start-up and every command that builds a ``VllmConfig`` answer
-alike.  Nothing here touches the logic under test."""
+alike, and each standalone reproduction holds :func:`without_triton_cpu` written out
+(``tpargmax.report.scripts``).  Nothing here touches the logic under test."""
 
 from __future__ import annotations
 
 import inspect
-from typing import Any
 
 
 def without_triton_cpu() -> None:
@@ -29,7 +29,7 @@ def without_triton_cpu() -> None:
 
     check = CpuPlatform.check_and_update_config.__func__
 
-    def answered(cls: type, vllm_config: Any) -> None:
+    def answered(cls: type, vllm_config: object) -> None:
         had, triton_utils.HAS_TRITON = triton_utils.HAS_TRITON, True
         try:
             check(cls, vllm_config)
