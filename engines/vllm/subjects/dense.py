@@ -56,6 +56,27 @@ MUSE_HOW = (
     "LlamaForCausalLM's ParallelLMHead(vocab_size) and LogitsProcessor(vocab_size), its scale set to 1, then its "
     f"output transform in compute_logits (output_multiplier {MUSE_MULTIPLIER}, final_logit_softcapping {MUSE_CAP} here)"
 )
+
+
+def _muse_spark(name: str, since: str, until: str = "") -> dict[str, Subject]:
+    """The class ``name`` from the NVIDIA module (which every platform but ROCm loads) and the AMD one (ROCm's), as
+    subjects keyed ``name`` and ``name[amd]``."""
+    nvidia = "its MoE layers need CUDA kernels (the NVIDIA module, which every platform but ROCm loads); "
+    amd = f"as {name}, from the AMD module (ROCm's), whose compute_logits goes through _apply_output_transform; "
+    return {
+        key: Subject(
+            name,
+            module,
+            MUSE_HEAD,
+            lambda module=module: _build_muse_spark(module, name),
+            NO_CPU_BUILD + how + MUSE_HOW,
+            since=since,
+            until=until,
+        )
+        for key, module, how in ((name, MUSE, nvidia), (f"{name}[amd]", MUSE_AMD, amd))
+    }
+
+
 SUBJECTS: dict[str, Subject] = {
     "LlamaForCausalLM": causal("llama", "LlamaForCausalLM", llama_config(1000), "built"),
     "Qwen3ForCausalLM[untied]": causal("qwen3", "Qwen3ForCausalLM", qwen3_config(1000, tied=False), "built"),
@@ -116,46 +137,8 @@ SUBJECTS: dict[str, Subject] = {
         "built directly (MossAudio's language model, not in the registry; a Qwen3Config)",
         registered=False,
     ),
-    "MuseSpark1xForCausalLM": Subject(
-        "MuseSpark1xForCausalLM",
-        MUSE,
-        MUSE_HEAD,
-        lambda: _build_muse_spark(MUSE, "MuseSpark1xForCausalLM"),
-        NO_CPU_BUILD
-        + "its MoE layers need CUDA kernels (the NVIDIA module, which every platform but ROCm loads); "
-        + MUSE_HOW,
-        since="0.33.0",
-        until="0.34.0",
-    ),
-    "MuseSpark1xForCausalLM[amd]": Subject(
-        "MuseSpark1xForCausalLM",
-        MUSE_AMD,
-        MUSE_HEAD,
-        lambda: _build_muse_spark(MUSE_AMD, "MuseSpark1xForCausalLM"),
-        NO_CPU_BUILD + "as MuseSpark1xForCausalLM, from the AMD module (ROCm's), whose compute_logits goes through "
-        "_apply_output_transform; " + MUSE_HOW,
-        since="0.33.0",
-        until="0.34.0",
-    ),
-    "MuseSparkForCausalLM": Subject(
-        "MuseSparkForCausalLM",
-        MUSE,
-        MUSE_HEAD,
-        lambda: _build_muse_spark(MUSE, "MuseSparkForCausalLM"),
-        NO_CPU_BUILD
-        + "its MoE layers need CUDA kernels (the NVIDIA module, which every platform but ROCm loads); "
-        + MUSE_HOW,
-        since="0.34.0",
-    ),
-    "MuseSparkForCausalLM[amd]": Subject(
-        "MuseSparkForCausalLM",
-        MUSE_AMD,
-        MUSE_HEAD,
-        lambda: _build_muse_spark(MUSE_AMD, "MuseSparkForCausalLM"),
-        NO_CPU_BUILD + "as MuseSparkForCausalLM, from the AMD module (ROCm's), whose compute_logits goes through "
-        "_apply_output_transform; " + MUSE_HOW,
-        since="0.34.0",
-    ),
+    **_muse_spark("MuseSpark1xForCausalLM", since="0.33.0", until="0.34.0"),
+    **_muse_spark("MuseSparkForCausalLM", since="0.34.0"),  # the same class, renamed
     "Llama4ForCausalLM": reproduced(
         "llama4",
         "Llama4ForCausalLM",

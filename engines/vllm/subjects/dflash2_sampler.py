@@ -74,7 +74,7 @@ import torch.nn.functional as F
 from engines.versions import release_key, vllm_release
 from engines.vllm.subjects import layer
 from engines.vllm.subjects.gumbel import vllm_noise
-from engines.vllm.subjects.layer import SHM_ENV, start_vllm, vllm_head
+from engines.vllm.subjects.layer import start_vllm, vllm_head
 from engines.vllm.wheel.triton_files import DFLASH2, vllm_dir, why_unavailable
 from reference.sampling import SamplingParams
 from sharded.layout import ShardLayout
@@ -377,10 +377,5 @@ for _fn in (vllm_dflash2_sampler, vllm_dflash2_sampler_corrected, vllm_dflash2_s
     _fn.masks = ("top_k",)
     _fn.draws_from_candidates = True  # get_top_k_tokens' merged top k
     _fn.head = HEAD
-    _fn.process_bound = True
-    _fn.start = _start
-    _fn.preflight = layer.cannot_start
-    _fn.needs = _needs
-    _fn.env = (SHM_ENV,)
-    _fn.packages, _fn.pass_unjudged = layer.PACKAGES, layer.pass_unjudged
+    layer.runs_in_vllm(_fn, _start, _needs)
 vllm_dflash2_sampler_step2.noise = vllm_noise(drafting=True, step=1)  # the second step's seed

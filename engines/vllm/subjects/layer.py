@@ -22,6 +22,7 @@ import importlib
 import importlib.util
 import os
 import random
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -252,20 +253,24 @@ class _Eagle3Config:
         self.draft_vocab_size, self.vocab_size = draft_vocab, target_vocab
 
 
-def vllm_classic(*, hidden, weight, bias, layout, scale, soft_cap, d2t, group) -> torch.Tensor:
-    """vLLM's classic path: ``LogitsProcessor.forward``, the EAGLE3 scatter if ``d2t``, then argmax."""
-    head, processor = vllm_head(layout, weight, scale, soft_cap)
+def classic_logits(processor: Any, head: Any, hidden: torch.Tensor, bias: Any, d2t: Any) -> torch.Tensor:
+    """vLLM's classic logits: ``LogitsProcessor.forward``, then the EAGLE3 scatter of
+    ``Eagle3LlamaForCausalLM.compute_logits`` where there is a ``d2t``."""
     if d2t is None:
-        logits = processor(head, hidden, bias)
-    else:
-        from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
+        return processor(head, hidden, bias)
+    from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
 
-        draft = _Draft(processor, head, d2t, None)
-        draft.logits_processor = lambda lm_head, h: processor(lm_head, h, bias)
-        # vLLM's scatter needs the target vocabulary's size; any size past the largest target scatters alike.
-        draft.config = _Eagle3Config(d2t.numel(), int((torch.arange(d2t.numel()) + d2t).max()) + 1)
-        logits = Eagle3LlamaForCausalLM.compute_logits(draft, hidden)
-    return logits.argmax(dim=-1)
+    draft = _Draft(processor, head, d2t, None)
+    draft.logits_processor = lambda lm_head, h: processor(lm_head, h, bias)
+    # vLLM's scatter needs the target vocabulary's size; any size past the largest target scatters alike.
+    draft.config = _Eagle3Config(d2t.numel(), int((torch.arange(d2t.numel()) + d2t).max()) + 1)
+    return Eagle3LlamaForCausalLM.compute_logits(draft, hidden)
+
+
+def vllm_classic(*, hidden, weight, bias, layout, scale, soft_cap, d2t, group) -> torch.Tensor:
+    """vLLM's classic path: :func:`classic_logits`, then argmax."""
+    head, processor = vllm_head(layout, weight, scale, soft_cap)
+    return classic_logits(processor, head, hidden, bias, d2t).argmax(dim=-1)
 
 
 def vllm_top_k(*, hidden, weight, bias, layout, scale, soft_cap, d2t, group, k) -> tuple[torch.Tensor, torch.Tensor]:
@@ -286,14 +291,29 @@ def _top_k(hidden, weight, bias, layout, scale, soft_cap, d2t, k, *, log_probs):
     return (ids if d2t is None else ids + d2t[ids]), values
 
 
+def runs_in_vllm(
+    fn: Any, start: Callable[[Any], None] = start_vllm, needs: Callable[[], str | None] = why_unavailable
+) -> Any:
+    """Mark ``fn`` as a subject that runs vLLM's code in its rank processes: what every such subject declares, in one
+    place.  ``start``: its once-per-process start-up (vLLM's distributed state first); ``needs``: what a replay checks
+    before it judges."""
+    fn.process_bound = True
+    fn.start = start
+    fn.preflight = cannot_start  # asked once before a run starts any rank (sharded.impls.Impl.cannot_start)
+    fn.needs = needs  # what a replay checks before it judges (sharded.impls.Impl.why_unavailable)
+    fn.env = (SHM_ENV,)  # what a repro file records of the environment it failed in
+    fn.packages, fn.pass_unjudged = PACKAGES, pass_unjudged
+    return fn
+
+
+def on_even_heads(fn: Any) -> Any:
+    """Mark a subject built on vLLM's ``ParallelLMHead`` with the one layout beyond the even split it takes."""
+    fn.layouts = ("diverged",)  # each rank's own copy of the hidden states goes through vLLM's head as it is
+    fn.layouts_why = "vLLM's ParallelLMHead cuts the vocabulary into even shards and gives every rank every row"
+    return fn
+
+
 for _fn in (vllm_local_argmax, vllm_classic, vllm_top_k, vllm_top_k_log_probs):
-    _fn.process_bound = True
-    _fn.start = start_vllm
-    _fn.preflight = cannot_start  # asked once before a run starts any rank (sharded.impls.Impl.cannot_start)
-    _fn.needs = why_unavailable  # what a replay checks before it judges (sharded.impls.Impl.why_unavailable)
-    _fn.env = (SHM_ENV,)  # what a repro file records of the environment it failed in
-    _fn.packages, _fn.pass_unjudged = PACKAGES, pass_unjudged
-    _fn.layouts = ("diverged",)  # each rank's own copy of the hidden states goes through vLLM's head as it is
-    _fn.layouts_why = "vLLM's ParallelLMHead cuts the vocabulary into even shards and gives every rank every row"
+    on_even_heads(runs_in_vllm(_fn))
 vllm_classic.path = "classic"  # the d2t tie divergence is the local path's: its properties skip this one
 vllm_top_k_log_probs.values = "log_probs"  # the top-k checks compare them with the classic log-softmax

@@ -25,7 +25,7 @@ import torch
 
 from engines.versions import vllm_release
 from engines.vllm.subjects import dense, eagle, gemma4, mtp, topk
-from engines.vllm.subjects.layer import PACKAGES, SHM_ENV, cannot_start, pass_unjudged, start_vllm, why_unavailable
+from engines.vllm.subjects.layer import runs_in_vllm, start_vllm
 from engines.vllm.wheel.build import Built, Subject
 
 SPEC = "engines.vllm.models"
@@ -142,12 +142,7 @@ def _impl(name: str, path: str) -> Callable[..., Any]:
 
     fn.__name__ = fn.__qualname__ = f"{name}.{path}"
     fn.__doc__ = f"vLLM's {subject.cls}.{path} ({subject.how})"
-    fn.process_bound = True
-    fn.start = start
-    fn.preflight = cannot_start
-    fn.needs = why_unavailable  # vLLM, and its shared-memory communicator where TPARGMAX_VLLM_SHM=1
-    fn.env = (SHM_ENV,)
-    fn.packages, fn.pass_unjudged = PACKAGES, pass_unjudged
+    runs_in_vllm(fn, start)  # needs: vLLM, and its shared-memory communicator where TPARGMAX_VLLM_SHM=1
     fn.head = dict(subject.head)
     fn.how = subject.how
     if path == "get_top_k_tokens":

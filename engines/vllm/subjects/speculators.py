@@ -93,18 +93,7 @@ def _draft(layout: Any, weight: torch.Tensor, bias: Any, scale: float, soft_cap:
     processor = layer._processor(layout.org_vocab + layout.added_vocab, layout.vocab, scale, soft_cap)
     rows_bias = None if bias is None else bias * sign
     module = layer._Draft(processor, head, d2t, rows_bias)
-
-    def classic_logits(hidden: torch.Tensor) -> torch.Tensor:
-        if d2t is None:
-            return processor(head, hidden, rows_bias)
-        from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
-
-        scatter = layer._Draft(processor, head, d2t, None)
-        scatter.logits_processor = lambda lm_head, h: processor(lm_head, h, rows_bias)
-        scatter.config = layer._Eagle3Config(d2t.numel(), int((torch.arange(d2t.numel()) + d2t).max()) + 1)
-        return Eagle3LlamaForCausalLM.compute_logits(scatter, hidden)
-
-    module.classic_logits = classic_logits
+    module.classic_logits = lambda hidden: layer.classic_logits(processor, head, hidden, rows_bias, d2t)
     return module
 
 
@@ -149,14 +138,7 @@ def _impl(name: str, path: str) -> Callable[..., Any]:
     fn.__name__ = fn.__qualname__ = f"{name}.{path}"
     owner = speculator.owner("get_draft_top_tokens" if switch else "compute_draft_logits")
     fn.__doc__ = f"vLLM's {name}.sample_draft with use_local_argmax_reduction {'on' if switch else 'off'} ({owner})"
-    fn.process_bound = True
-    fn.start = layer.start_vllm
-    fn.preflight = layer.cannot_start
-    fn.needs = layer.why_unavailable
-    fn.env = (layer.SHM_ENV,)
-    fn.packages, fn.pass_unjudged = layer.PACKAGES, layer.pass_unjudged
-    fn.layouts = ("diverged",)
-    fn.layouts_why = "vLLM's ParallelLMHead cuts the vocabulary into even shards and gives every rank every row"
+    layer.on_even_heads(layer.runs_in_vllm(fn))
     if not switch:
         fn.path = "classic"
     return fn
