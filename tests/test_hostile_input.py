@@ -8,6 +8,7 @@ the marker must never appear.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -178,6 +179,23 @@ def case_field(name: str, value: object):
 
 def tensor(name: str, **entry: object):
     return lambda r: r["tensors"].setdefault(name, {}).update(entry)
+
+
+def test_a_tests_own_d2t_beside_a_case_of_none_replays_and_only_a_table_of_its_shape_is_taken(tmp_path):
+    """The d2t flag's ties hand their own table to a case whose d2t plan is none: the suite writes it beside the
+    case, and the file must load (it did not: vllm-ascend's draft pick raised there), but a table of another shape
+    or dtype is still refused."""
+    case = Case(batch=1, hidden=3, vocab=2, tp=2)
+    inputs = dataclasses.replace(runner.prepare(case, "sim"), d2t=torch.tensor([1, -1]))
+    failure = {"inputs": inputs, "property": TOKEN_EXACT, "rule": "a rule", "impl": "vllm_pairs", "extra": {}}
+    path = repro.write(tmp_path / "records", failure, test="test_the_flag_fires_exactly_on_non_monotone_tables")
+    _, loaded = repro.load(path)
+    assert loaded.case.d2t == "none" and loaded.d2t.tolist() == [1, -1]
+    edit(path, tensor("d2t", shape=[3], hex="00" * 24))
+    with pytest.raises(
+        repro.DamagedRepro, match="tensor 'd2t' is torch.int64 \\[3\\]; its case builds torch.int64 \\[2\\]"
+    ):
+        repro.load(path)
 
 
 DAMAGED = {  # how the file is damaged -> (how to damage a good file, words its one line must hold)

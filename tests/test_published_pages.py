@@ -1,16 +1,18 @@
 """The engines' published pages that ``tpargmax report --page`` writes beside their findings (tpu-inference's,
-SGLang's): each is what the report renders from its JSON, has a row that ran for every subject, a repro file for
-every failure with a case, and a script for every cause that names one.  These need no engine."""
+SGLang's, vllm-ascend's): each is what the report renders from its JSON, has a row that ran for every subject, a
+repro file for every failure with a case, and a script for every cause that names one.  These need no engine."""
 
 from __future__ import annotations
 
 import pytest
 
+from engines.ascend.causes import findings as ascend_findings
 from engines.sglang.causes import findings as sglang_findings
 from engines.tpu_inference.causes import findings as tpu_inference_findings
 from properties.repro import records as repro
 from tests.published import Published
 from tests.suite import ROOT
+from tpargmax.report.ascend import ascend_runs
 from tpargmax.report.page import render
 from tpargmax.report.sglang import sglang_runs
 from tpargmax.report.subjects import tpu_inference_runs
@@ -18,6 +20,7 @@ from tpargmax.report.subjects import tpu_inference_runs
 PAGES = {  # page -> (its runs, its findings)
     tpu_inference_findings.PAGE: (tpu_inference_runs, tpu_inference_findings),
     sglang_findings.PAGE: (sglang_runs, sglang_findings),
+    ascend_findings.PAGE: (ascend_runs, ascend_findings),
 }
 pages = pytest.mark.parametrize("page", sorted(PAGES), ids=lambda page: page.rsplit("/", 1)[-1])
 

@@ -11,7 +11,15 @@ import sys
 from functools import cache
 
 import tpargmax  # noqa: F401 - puts the checkout on sys.path
-from engines.versions import SGLANG_PAGE, SGLANG_VERSION, TPU_INFERENCE_PAGE, TPU_INFERENCE_VERSION, VLLM_VERSION
+from engines.versions import (
+    ASCEND_PAGE,
+    ASCEND_VERSION,
+    SGLANG_PAGE,
+    SGLANG_VERSION,
+    TPU_INFERENCE_PAGE,
+    TPU_INFERENCE_VERSION,
+    VLLM_VERSION,
+)
 from sharded import quiet_numpy_notice
 
 
@@ -136,6 +144,17 @@ def build_parser() -> argparse.ArgumentParser:
     sglang.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     sglang.set_defaults(run=lambda args: _lazy("tpargmax.install.sglang", "install_sglang")(args))
 
+    ascend = commands.add_parser(
+        "install-ascend",
+        help=f"fetch vllm-ascend {ASCEND_VERSION}'s sdist (pinned hash) into .engines/, for its reduce sampling under "
+        "test; nothing of it is installed or run",
+    )
+    ascend.add_argument("--dry-run", action="store_true", help="print what it would do without doing it")
+    ascend.add_argument(
+        "--from", dest="source", metavar="PATH", help="a vllm-ascend checkout to judge instead of the release"
+    )
+    ascend.set_defaults(run=lambda args: _lazy("tpargmax.install.ascend", "install_ascend")(args))
+
     samplers = commands.add_parser(
         "install-samplers",
         help=f"install vLLM {VLLM_VERSION} (CPU), Triton and SGLang {SGLANG_VERSION}'s wheel, for the engines' "
@@ -179,11 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rpt.add_argument(
         "--page",
-        choices=("vllm", "sampling", "tpu-inference", "sglang"),
+        choices=("vllm", "sampling", "tpu-inference", "sglang", "ascend"),
         default="vllm",
         help="which page: vLLM's argmax and top-k, for the installed vLLM release (default), the engines' samplers "
-        f"(docs/conformance/sampling.md), tpu-inference's sampler ({TPU_INFERENCE_PAGE}.md), or SGLang's argmax and "
-        f"greedy picks ({SGLANG_PAGE}.md)",
+        f"(docs/conformance/sampling.md), tpu-inference's sampler ({TPU_INFERENCE_PAGE}.md), SGLang's argmax and "
+        f"greedy picks ({SGLANG_PAGE}.md), or vllm-ascend's reduce sampling ({ASCEND_PAGE}.md)",
     )
     rpt.add_argument("--out", help="write the Markdown page here, and its JSON beside it (default: print)")
     rpt.add_argument("--json", action="store_true", help="print JSON instead of Markdown")

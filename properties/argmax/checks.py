@@ -169,9 +169,9 @@ def check_tp_invariance(impl: Impl, inputs: Inputs, tps: Sequence[int] | None = 
         with repro_extra(tps=[inputs.tp]):
             tokens = run_checked(impl, other, TP_INVARIANCE)
         rows = ((tokens != base) & same_oracle).nonzero().flatten()
-        if rows.numel():
-            other_wrong = bool((tokens[rows] != base_oracle[rows]).any())
-            wrong, bad, against = (other, tokens, inputs.tp) if other_wrong else (inputs, base, tp)
+        if rows.numel():  # this side where it is wrong too, so that its repro file replays the same diagnosis
+            base_wrong = bool((base[rows] != base_oracle[rows]).any())
+            wrong, bad, against = (inputs, base, tp) if base_wrong else (other, tokens, inputs.tp)
             with repro_extra(tps=[against]):
                 _mismatch(
                     impl,

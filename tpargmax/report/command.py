@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.versions import (
+    ASCEND_VERSION,
     SGLANG_VERSION,
     TPU_INFERENCE_VERSION,
     VLLM_VERSION,
@@ -39,10 +40,11 @@ from tpargmax import ROOT
 from tpargmax.report import changes as release_changes
 from tpargmax.report import e2e as report_e2e
 from tpargmax.report import findings as findings_page
+from tpargmax.report.ascend import ascend_runs
 from tpargmax.report.page import render
 from tpargmax.report.runs import run_pytest
 from tpargmax.report.sampling import sampling_runs
-from tpargmax.report.saved import SGLANG_FINDINGS, TPU_FINDINGS, read_report
+from tpargmax.report.saved import ASCEND_FINDINGS, SGLANG_FINDINGS, TPU_FINDINGS, read_report
 from tpargmax.report.sglang import sglang_runs
 from tpargmax.report.subjects import (
     FINDINGS,
@@ -80,8 +82,14 @@ PAGES = {
         f"repro/sglang-{SGLANG_VERSION}",
         ("triton", "sglang"),
     ),
+    "ascend": (
+        f"vllm-ascend {ASCEND_VERSION}'s reduce sampling under test",
+        ASCEND_FINDINGS,
+        f"repro/vllm-ascend-{ASCEND_VERSION}",
+        (),
+    ),
 }
-RUNS = {"sampling": sampling_runs, "tpu-inference": tpu_inference_runs, "sglang": sglang_runs}
+RUNS = {"sampling": sampling_runs, "tpu-inference": tpu_inference_runs, "sglang": sglang_runs, "ascend": ascend_runs}
 
 
 def page_spec(page: str) -> tuple[str, str, str, tuple[str, ...]]:
@@ -192,6 +200,15 @@ def versions(*more: str) -> dict[str, str]:
     return out
 
 
+def ascend_source() -> dict[str, str]:
+    """vllm-ascend's source as ``install-ascend`` recorded it: its version and whether a release's sdist or a
+    checkout (a contributor's page says which)."""
+    from engines.ascend.wheel.source import installed
+
+    record = installed()
+    return {"vllm-ascend": f"{record['version']} ({record['origin']})" if record else "not installed"}
+
+
 def build(args: argparse.Namespace, log) -> dict[str, Any]:
     """Run every selected subject; the report as JSON-ready data."""
     from engines.vllm.subjects.layer import vllm_available
@@ -221,7 +238,7 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
         "title": title,
         "findings": findings,
         "command": command_line(args),
-        "versions": versions(*packages),
+        "versions": versions(*packages) | (ascend_source() if page == "ascend" else {}),
         "budget": {
             "examples": args.examples,
             "backend": "gloo",

@@ -156,17 +156,33 @@ def render(data: dict[str, Any]) -> str:
     out += [] if findings else _upstream(failures)
     out += _classes(data.get("classes", []), data.get("refusal", {}))
     out += _speculators(data.get("speculators", []))
-    skips = sorted(
-        {
-            (LABELS.get(t, t), c["skip_reason"])
-            for r in data["rows"]
-            for t, c in r["cells"].items()
-            if c["outcome"] == "skipped" and c["skip_reason"]
-        }
-    )
-    if skips:
-        out += ["## Skips", ""] + [f"- {label}: {reason}" for label, reason in skips] + [""]
+    out += _skips(data["rows"])
     return "\n".join(out).rstrip() + "\n"
+
+
+def _without_subject(reason: str, row: dict[str, Any]) -> str:
+    """``reason`` without the subject it starts with (``M:f takes no ...``, ``vllm takes no ...``)."""
+    first, _, rest = reason.partition(" ")
+    spec = row.get("option", ["", ""])[-1]
+    return rest if rest and (":" in first or first == spec) else reason
+
+
+def _skips(rows: list[dict[str, Any]]) -> list[str]:
+    """Each skip reason once, with the properties it skipped and the rows it skipped them for."""
+    by_reason: dict[str, tuple[set[str], set[str]]] = {}
+    for row in rows:
+        for test, cell in row["cells"].items():
+            if cell["outcome"] == "skipped" and cell["skip_reason"]:
+                reason = _without_subject(cell["skip_reason"], row)
+                properties, names = by_reason.setdefault(reason, (set(), set()))
+                properties.add(LABELS.get(test, test))
+                names.add(row["name"])
+    every = {row["name"] for row in rows if row["cells"]}
+    lines = []
+    for reason, (properties, names) in sorted(by_reason.items()):
+        who = "every row" if names >= every else ", ".join(f"`{name}`" for name in sorted(names))
+        lines.append(f"- {reason[:1].upper()}{reason[1:]}. Skips {', '.join(sorted(properties))}, for {who}")
+    return ["## Skips", "", *lines, ""] if lines else []
 
 
 def _upstream(failures: list[tuple[str, dict[str, Any], str, dict[str, Any]]]) -> list[str]:

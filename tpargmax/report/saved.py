@@ -22,7 +22,9 @@ MAX_REPORT_BYTES = 64 * 2**20  # the committed vLLM report is about 1 MiB
 # names reports recorded before their modules moved (loaded through ``sharded.impls.MOVED`` and ``MOVED_FINDINGS``)
 TPU_FINDINGS = "engines.tpu_inference.causes.findings:FINDINGS"
 SGLANG_FINDINGS = "engines.sglang.causes.findings:FINDINGS"
+ASCEND_FINDINGS = "engines.ascend.causes.findings:FINDINGS"
 FINDINGS = (
+    ASCEND_FINDINGS,
     TPU_FINDINGS,
     SGLANG_FINDINGS,
     *(findings_spec(release, page) for release in vllm_releases() for page in PAGES),
