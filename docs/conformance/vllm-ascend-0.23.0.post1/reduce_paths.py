@@ -291,6 +291,17 @@ def kept(got: list) -> str:
     return str(got[0]) if isinstance(got[0], str) else f"{[len(row) for row in got[0]]} tokens kept a row"
 
 
+def kept_against_classic(label: str, rows, vocab: int, k, p, top_k) -> bool:
+    """The reduce branch's kept ids at tp 2 against the classic branch's on the whole vocabulary; True where they
+    differ."""
+    got, want = top_k_top_p(rows, vocab, k, p, top_k), classic(rows, k, p)
+    print(
+        f"_apply_top_k_top_p_pytorch, vocabulary {vocab} at tp 2{label}: {kept(got)}"
+        f" (classic: {[len(row) for row in want]} tokens kept a row)"
+    )
+    return got != [want, want]
+
+
 def sampling_paths() -> bool:
     failed = False
     # 3: a greedy row (top-p 1.0, max at id 200 on rank 1) beside a sampled row (top-p 0.9); ranks 128 wide
@@ -304,30 +315,16 @@ def sampling_paths() -> bool:
     )
     failed |= got != [argmax(rows[0])] * 2
     # 4: rows k = [2, 256 (no top-k: the vocabulary size)], top_k = 2 (the largest k below the width, 128)
-    k = torch.tensor([2, 256])
-    got, want = top_k_top_p([spread(256)] * 2, 256, k, None, 2), classic([spread(256)] * 2, k, None)
-    print(
-        f"_apply_top_k_top_p_pytorch, vocabulary 256 at tp 2, rows k = [2, 256], top_k 2: {kept(got)}"
-        f" (classic: {[len(row) for row in want]} tokens kept a row)"
+    failed |= kept_against_classic(
+        ", rows k = [2, 256], top_k 2", [spread(256)] * 2, 256, torch.tensor([2, 256]), None, 2
     )
-    failed |= got != [want, want]
     # 5: widths 64 and 36, no top-k anywhere (top_k None), one row top-p 0.9
-    p = torch.tensor([0.9])
-    got, want = top_k_top_p([spread(100)], 100, None, p, None), classic([spread(100)], None, p)
-    print(
-        f"_apply_top_k_top_p_pytorch, vocabulary 100 at tp 2 (widths 64, 36), top-p 0.9, top_k None: {kept(got)}"
-        f" (classic: {[len(row) for row in want]} tokens kept a row)"
-    )
-    failed |= got != [want, want]
+    label = " (widths 64, 36), top-p 0.9, top_k None"
+    failed |= kept_against_classic(label, [spread(100)], 100, None, torch.tensor([0.9]), None)
     # 6: row 0 k = 200 (at or above the width 128), row 1 k = 127 so top_k = 127: 254 candidates a row (a second
     # row k = 2 would make top_k 2, 4 candidates, and row 0 would raise as in 4: 4 - 128 is negative)
-    k = torch.tensor([200, 127])
-    got, want = top_k_top_p([spread(256)] * 2, 256, k, None, 127), classic([spread(256)] * 2, k, None)
-    print(
-        f"_apply_top_k_top_p_pytorch, vocabulary 256 at tp 2, rows k = [200, 127], top_k 127: {kept(got)}"
-        f" (classic: {[len(row) for row in want]} tokens kept a row)"
-    )
-    failed |= got != [want, want]
+    label = ", rows k = [200, 127], top_k 127"
+    failed |= kept_against_classic(label, [spread(256)] * 2, 256, torch.tensor([200, 127]), None, 127)
     return failed
 
 
