@@ -201,6 +201,14 @@ class Group:
         return results
 
 
+def processor():
+    """The processor whose ``_get_logits_normal`` runs: vLLM's ``_apply_head`` (``quant_method.apply``) beside it,
+    which checkouts after 0.23.0.post1 call."""
+    made = EMBED["AscendLogitsProcessor"]()
+    made._apply_head = lambda head, x, bias: head.quant_method.apply(head, x, bias=bias)
+    return made
+
+
 def rank_logits(rows, vocab: int, tp: int, rank: int):
     """Rank ``rank``'s logits as the shipped ``_get_logits_normal`` cuts them: vLLM pads the vocabulary to a
     multiple of 64, splits the padded rows evenly, and the rank's base ids are ``[start, min(start + per, vocab))``;
@@ -215,8 +223,7 @@ def rank_logits(rows, vocab: int, tp: int, rank: int):
         num_org_embeddings_per_partition=end - start,
         quant_method=types.SimpleNamespace(apply=lambda layer, x, bias=None: x @ layer.weight.T),
     )
-    processor = EMBED["AscendLogitsProcessor"]()
-    return processor._get_logits_normal(torch.eye(full.shape[0]), head, None)
+    return processor()._get_logits_normal(torch.eye(full.shape[0]), head, None)
 
 
 def spread(vocab: int, top: int | None = None) -> list[float]:
@@ -344,7 +351,7 @@ def added_ids() -> bool:
             num_org_embeddings_per_partition=64,
             quant_method=types.SimpleNamespace(apply=lambda layer, x, bias=None: x @ layer.weight.T),
         )
-        logits = EMBED["AscendLogitsProcessor"]()._get_logits_normal(torch.ones(1, 1), head, None)
+        logits = processor()._get_logits_normal(torch.ones(1, 1), head, None)
         return fn(logits)[0].item()
 
     got = shown(Group(2).run(rank))

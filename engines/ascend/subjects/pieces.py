@@ -27,7 +27,13 @@ def rank_logits(hidden, weight, bias, layout: ShardLayout, scale, soft_cap) -> t
     logits = checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap)
     method = types.SimpleNamespace(apply=lambda layer, x, bias=None: logits)
     head = types.SimpleNamespace(quant_method=method, num_org_embeddings_per_partition=layout.base_real)
-    return logits_module().AscendLogitsProcessor._get_logits_normal(None, hidden, head, None)
+    processor = types.SimpleNamespace(_apply_head=_apply_head)  # newer checkouts call it; 0.23.0.post1 inlines it
+    return logits_module().AscendLogitsProcessor._get_logits_normal(processor, hidden, head, None)
+
+
+def _apply_head(lm_head, hidden_states: torch.Tensor, embedding_bias: torch.Tensor | None) -> torch.Tensor:
+    """vLLM's ``LogitsProcessor._apply_head``: the head's ``quant_method.apply``."""
+    return lm_head.quant_method.apply(lm_head, hidden_states, bias=embedding_bias)
 
 
 @cache

@@ -53,6 +53,7 @@ class SamplingMetadata:
     spec_token_ids: list[list[int]] = dataclasses.field(default_factory=list)
     allowed_token_ids_mask: torch.Tensor | None = None
     logitsprocs: Any = dataclasses.field(default_factory=lambda: types.SimpleNamespace(non_argmax_invariant=[]))
+    thinking_budget_state_holder: Any = None  # vLLM's newer field, which checkouts after 0.23.0.post1 read
 
 
 class _BonusSampler:
@@ -113,4 +114,5 @@ def step(module: types.ModuleType, logits: torch.Tensor, sampling: SamplingMetad
     )
     verifier = module.AscendRejectionSampler.__new__(module.AscendRejectionSampler)
     verifier.sampler, verifier.is_processed_logprobs_mode, verifier.top_k = _BonusSampler(), False, top_k
+    verifier.synthetic_mode, verifier.synthetic_conditional_rates = False, None  # newer vLLM sets them (off)
     return in_group(group, verifier.forward, metadata, None, logits, sampling).sampled_token_ids
