@@ -28,6 +28,12 @@ class TPGroup(Protocol):
         ...
 
 
+def gathered(group: TPGroup, tensor: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Every rank's ``tensor`` concatenated along ``dim`` in rank order, as vLLM's and SGLang's
+    ``all_gather(tensor, dim)`` give it (the engines' subjects call this in their place)."""
+    return torch.cat(list(group.all_gather(tensor.contiguous()).unbind(0)), dim=dim)
+
+
 class Traffic:
     """Bytes each collective delivered to this rank.
 

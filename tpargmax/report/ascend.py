@@ -6,7 +6,7 @@ draft proposer's pick does."""
 from __future__ import annotations
 
 from engines.versions import ASCEND_VERSION
-from tpargmax.report.subjects import CORRECTED_KIND, Run, Subject
+from tpargmax.report.subjects import Run, Subject
 
 GREEDY, SAMPLING, FIXES = (
     "engines.ascend.subjects.greedy",
@@ -72,19 +72,8 @@ SAMPLER_FIX = (
 
 def _subjects(entries: tuple[tuple[str, str, str], ...], correction: str) -> tuple[Subject, ...]:
     """Each entry's row, then its corrected twin's."""
-    rows = []
-    for module, name, note in entries:
-        original = Subject(f"{module}:{name}", KIND, note, name, needs=NEEDS)
-        fixed = Subject(
-            f"{FIXES}:{name}_corrected",
-            KIND + CORRECTED_KIND,
-            f"the same, corrected: {correction}",
-            f"{name} (corrected)",
-            corrects=name,
-            needs=NEEDS,
-        )
-        rows += [original, fixed]
-    return tuple(rows)
+    originals = [Subject(f"{module}:{name}", KIND, note, name, needs=NEEDS) for module, name, note in entries]
+    return tuple(row for original in originals for row in (original, original.corrected_twin(FIXES, correction)))
 
 
 def ascend_runs() -> list[Run]:

@@ -6,7 +6,7 @@ ones."""
 from __future__ import annotations
 
 from engines.versions import SGLANG_VERSION
-from tpargmax.report.subjects import CORRECTED_KIND, Run, Subject, triton_rows
+from tpargmax.report.subjects import Run, Subject, triton_rows
 
 # the recorded names (sharded.impls.MOVED): the page's keys stay
 KERNELS, DRAFT, FIXES = "engines.sglang.kernels", "engines.sglang.dflash_draft", "engines.sglang.fixes"
@@ -108,13 +108,5 @@ def sglang_runs() -> list[Run]:
     runs = [Run(kernels, env=interpret, timeout=slow), Run(eagle, env=interpret, timeout=slow)]
     for module, name, note, fixes, correction in PICKS:
         original = Subject(f"{module}:{name}", KIND, note, name, needs=f"{module}:why_unavailable")
-        fixed = Subject(
-            f"{fixes}:{name}_corrected",
-            KIND + CORRECTED_KIND,
-            f"the same, corrected: {correction}",
-            f"{name} (corrected)",
-            corrects=name,
-            needs=original.needs,
-        )
-        runs.append(Run((original, fixed)))
+        runs.append(Run((original, original.corrected_twin(fixes, correction))))
     return runs

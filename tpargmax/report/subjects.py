@@ -45,6 +45,18 @@ class Subject:
     def label(self) -> str:
         return self.name or self.spec
 
+    def corrected_twin(self, fixes: str, correction: str) -> Subject:
+        """The row of ``fixes``' ``NAME_corrected``, this row with the project's corrections (``correction`` says
+        what they change), beside it on the page."""
+        return Subject(
+            f"{fixes}:{self.name}_corrected",
+            self.kind + CORRECTED_KIND,
+            f"the same, corrected: {correction}",
+            f"{self.name} (corrected)",
+            corrects=self.name,
+            needs=self.needs,
+        )
+
 
 @dataclass(frozen=True)
 class Run:

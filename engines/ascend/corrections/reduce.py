@@ -40,6 +40,7 @@ from engines.ascend.subjects import greedy as subjects
 from engines.ascend.subjects import rejection
 from engines.ascend.subjects import sampling as sampler_subjects
 from engines.ascend.wheel.source import RANK, functions, in_group, why_unavailable
+from sharded.group import gathered
 from sharded.layout import ShardLayout, every_rank
 from sharded.local_argmax import checked_shard_logits, reduce_keys, token_logits
 from sharded.local_sampling import sampler
@@ -146,23 +147,22 @@ def apply_top_k_top_p(logits: torch.Tensor, k, p, top_k) -> tuple[torch.Tensor, 
         count = int(group.all_reduce(tied, op="max").item())
     padded_ids = F.pad(ids, (0, width - ids.shape[0]))  # a padded column's value is -inf: never kept
     vals, index = padded.topk(count, dim=-1)
-    gathered = torch.cat(list(group.all_gather(vals).unbind(0)), dim=-1)
-    gathered_ids = torch.cat(list(group.all_gather(padded_ids[index]).unbind(0)), dim=-1)
+    candidates, candidate_ids = gathered(group, vals), gathered(group, padded_ids[index])
     if k is None and p is None:
-        return gathered, gathered_ids
+        return candidates, candidate_ids
     if k is not None:
         on = (k < layout.vocab).unsqueeze(1)
-        ordered = gathered.sort(dim=-1, descending=True).values
+        ordered = candidates.sort(dim=-1, descending=True).values
         kth = ordered.gather(-1, (k.clamp(1, ordered.shape[1]) - 1).unsqueeze(1))
-        gathered = gathered.masked_fill(on & (gathered < kth), -math.inf)
+        candidates = candidates.masked_fill(on & (candidates < kth), -math.inf)
     if p is not None:
-        probs = gathered.softmax(dim=-1)
+        probs = candidates.softmax(dim=-1)
         probs_sort = probs.sort(dim=-1).values
         outside = probs_sort.cumsum(dim=-1) <= (1 - p.unsqueeze(1))
         outside[:, -1] = False  # at least one
         cutoff = probs_sort.gather(-1, outside.sum(dim=-1, keepdim=True))
-        gathered = gathered.masked_fill(probs < cutoff, -math.inf)
-    return gathered, gathered_ids
+        candidates = candidates.masked_fill(probs < cutoff, -math.inf)
+    return candidates, candidate_ids
 
 
 def _sampler_steps() -> tuple:

@@ -31,7 +31,7 @@ import torch
 
 from engines.source_functions import source_functions
 from engines.versions import ASCEND_VERSION
-from sharded.group import TPGroup
+from sharded.group import TPGroup, gathered
 
 SDIST = f"vllm_ascend-{ASCEND_VERSION}.tar.gz"
 SDIST_URL = (
@@ -103,7 +103,7 @@ class GroupCoordinator:
         self.world_size = group.world_size
 
     def all_gather(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
-        return torch.cat(list(self.group.all_gather(input_.contiguous()).unbind(0)), dim=dim)
+        return gathered(self.group, input_, dim)
 
 
 def get_tp_group() -> GroupCoordinator:

@@ -76,7 +76,7 @@ import torch.nn.functional as F
 from engines.sglang.wheel.runtime import RANK, load, why_unavailable
 from reference.checks import InvalidInput
 from reference.sampling import SamplingParams, gumbel_noise, scaled
-from sharded.group import TPGroup
+from sharded.group import TPGroup, gathered
 from sharded.keys import encode_keys
 from sharded.layout import ShardLayout, every_rank
 from sharded.local_sampling import gathered_sample, sampler, shard_tokens
@@ -272,8 +272,7 @@ def _candidates_corrected(hidden, weight, bias, layout: ShardLayout, k: int, row
     vals, ids = order.values[:, :k], order.indices[:, :k] + layout.start
     top = vals[:, :1]
     lse = top.squeeze(-1) + (logits - top).exp().sum(dim=-1).log()
-    gathered_vals = torch.cat(list(group.all_gather(vals).unbind(0)), dim=-1)
-    gathered_ids = torch.cat(list(group.all_gather(ids).unbind(0)), dim=-1)
+    gathered_vals, gathered_ids = gathered(group, vals), gathered(group, ids)
     merged = gathered_vals.sort(dim=-1, descending=True, stable=True)
     lse = torch.logsumexp(group.all_gather(lse.unsqueeze(-1)).squeeze(-1).T, dim=-1)
     return gathered_ids.gather(-1, merged.indices[:, :k]), merged.values[:, :k], lse

@@ -17,7 +17,7 @@ import torch
 from engines.sglang.wheel import kernels
 from engines.sglang.wheel.compiled import wheel_functions
 from engines.versions import SGLANG_VERSION
-from sharded.group import TPGroup
+from sharded.group import TPGroup, gathered
 from sharded.triton_env import TRITON_LOCK, interpreting
 
 FILES = {
@@ -100,7 +100,7 @@ class _Parallel:
 
 def _all_gather(t: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """``tensor_model_parallel_all_gather``: every rank's ``t`` concatenated along ``dim``, in rank order."""
-    return torch.cat(list(RANK.get().all_gather(t.contiguous()).unbind(0)), dim=dim)
+    return gathered(RANK.get(), t, dim)
 
 
 class _InterpretedCuda(torch.Tensor):
