@@ -120,3 +120,15 @@ def tokens_from_draft_logits(
     if target_vocab is None:
         raise InvalidInput("target_vocab is required with d2t")
     return scatter_to_target(logits, d2t, target_vocab).argmax(dim=-1)
+
+
+def tokens_over_shared_words(logits: torch.Tensor, draft_to_target: torch.Tensor, target_unk: int) -> torch.Tensor:
+    """A draft with a vocabulary of its own (vLLM's ``use_heterogeneous_vocab``): the argmax over the draft words
+    the target also holds (``draft_to_target`` not -1; the rest count as ``-inf``), mapped to the target's id; a
+    pick outside them (a row with none above ``-inf``) goes to ``target_unk``."""
+    if draft_to_target.shape != logits.shape[-1:]:
+        raise InvalidInput(f"draft_to_target has {len(draft_to_target)} entries for {logits.shape[-1]} logits")
+    shared = draft_to_target.to(logits.device) >= 0
+    picked = logits.masked_fill(~shared, float("-inf")).argmax(dim=-1)
+    targets = draft_to_target.to(logits.device)[picked]
+    return torch.where(targets >= 0, targets, target_unk)

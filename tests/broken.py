@@ -141,6 +141,14 @@ def ids_in_bf16(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=N
     return map_d2t(ids.clamp(max=layout.vocab - 1), d2t, layout)
 
 
+def values_in_bf16(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
+    """The pairs' values carried in bfloat16 (the ids exact): float32 maxima a few ulps apart tie, and the lower id
+    wins."""
+    values, ids = local_best(checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap), layout)
+    narrowed = torch.where(torch.isnan(values), values, values.to(torch.bfloat16).to(values.dtype))
+    return map_d2t(pick_pairs(narrowed, ids, group), d2t, layout)
+
+
 def off_by_one_at_shard_start(hidden, weight, bias, layout, *, scale=1.0, soft_cap=None, d2t=None, group):
     values, ids = local_best(checked_shard_logits(hidden, weight, bias, layout, scale, soft_cap), layout)
     return map_d2t(pick_pairs(values, ids - int(layout.rank > 0), group), d2t, layout)

@@ -172,3 +172,14 @@ def test_a_target_mapped_through_d2t_again_is_named_d2t_twice():
     assert _numbered(lambda want: 3, inputs) == (
         "d2t applied twice: draft id 1 maps to target 2, which was mapped again, to 3"
     )
+
+
+def test_an_id_carried_in_a_narrow_float_names_every_type_it_fits_and_no_other():
+    """Compared as numbers: 2052 read in bfloat16 is 2048, so a comparison in the narrow type named float16's
+    rounding of 2051 (2052) "bfloat16"."""
+    carried = diagnose.carried_rule
+    assert carried(2053, 2052) == "global id off by one, or id carried in float16: 2053 reported as 2052 fits both"
+    assert carried(6154, 6152) == "id carried in float16: 6154 rounds to 6152"  # bfloat16 gives 6144
+    assert carried(2299, 2304) == "id carried in bfloat16: 2299 rounds to 2304"  # float16 gives 2300
+    assert carried(4098, 4096) == "id carried in bfloat16 or float16: 4098 rounds to 4096"
+    assert carried(2070, 2064) == "id carried in bfloat16: 2070 rounds to 2064"  # float16 holds 2070

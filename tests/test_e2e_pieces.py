@@ -20,10 +20,10 @@ import torch.nn.functional as F
 from safetensors import safe_open
 
 from engines.vllm.causes.findings import FINDINGS
-from engines.vllm.e2e import checkpoints
+from engines.vllm.e2e import checkpoints, vocabularies
 from engines.vllm.e2e.engine import Engine, EngineDied, EngineFailed, EngineSpec
 from engines.vllm.e2e.pool import EnginePool, group_of
-from engines.vllm.e2e.scenario import D2T_PLANS, METHODS, PLANTS, SIZES, Scenario
+from engines.vllm.e2e.scenario import D2T_PLANS, HETERO, METHODS, PLANTS, SIZES, Scenario
 from properties.e2e import plugin
 from properties.strategies import planted_scenarios
 from tests.suite import ROOT, process_state, run_in_its_folder
@@ -73,6 +73,13 @@ def next_tokens(
         return want, top + draft["d2t"][top]
     if method == "eagle":  # fc copies the embedding; the target's head, shared
         return want, greedy(embed.to(dtype), target["lm_head.weight"])
+    if method == HETERO:  # the target's tokens in the draft's words ([UNK] where it lacks them), its pick mapped
+        mapping = vocabularies.draft_to_target()
+        shared = (mapping >= 0).nonzero().flatten()
+        words = torch.zeros(SIZES.vocab, dtype=torch.long)
+        words[mapping[shared]] = shared
+        hidden = rms(draft["model.embed_tokens.weight"][words[rows]], draft["model.norm.weight"], dtype)
+        return want, mapping[shared[greedy(hidden, draft["lm_head.weight"][shared])]]
     hidden = rms(draft["model.embed_tokens.weight"][rows], draft["model.norm.weight"], dtype)
     return want, greedy(hidden, draft["lm_head.weight"])
 
@@ -80,9 +87,16 @@ def next_tokens(
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("method", METHODS)
 def test_an_exact_draft_predicts_every_next_token_of_its_target(method, dtype):
-    """And EAGLE3's target never leaves the draft's vocabulary (below, without an exact draft)."""
+    """And EAGLE3's target never leaves the draft's vocabulary (below, without an exact draft), nor the target of a
+    draft with words of its own the shared words (from which it is predicted)."""
     for scenario in EXACT:
-        want, got = next_tokens(scenario, method, DTYPES[dtype])
+        tokens = None
+        if method == HETERO:
+            mapping = vocabularies.draft_to_target()
+            tokens = mapping[mapping >= 0].tolist()
+            want, _ = next_tokens(scenario, method, DTYPES[dtype])
+            assert bool(torch.isin(want, mapping).all()), scenario
+        want, got = next_tokens(scenario, method, DTYPES[dtype], tokens)
         assert torch.equal(want, got), (scenario, (want != got).nonzero().flatten().tolist())
         if method == "eagle3":
             assert bool(torch.isin(want, checkpoints.d2t_targets(scenario)).all()), scenario
@@ -101,10 +115,11 @@ def test_the_pinned_winners_walk_the_whole_id_range(method, dtype, exact):
     """With ``winners_across_ids`` pinned, a draft that predicts one of its rows walks them all, one a draft
     position: ids past 2**8 and 2**11, both ends of each rank at tp 2, the last base id (before d2t)."""
     scenario = next(s for s in planted_scenarios(exact=exact) if s.plants == ("winners_across_ids",))
-    rows = SIZES.draft_vocab if method == "eagle3" else SIZES.vocab
+    rows = SIZES.draft_vocab if method in ("eagle3", HETERO) else SIZES.vocab
     far = checkpoints.far_ids(rows)
     assert {2**8 + 1, 2**11 + 1, rows - 1} <= set(far) and len(far) == 6
-    targets = checkpoints.d2t_targets(scenario) if method == "eagle3" else torch.arange(SIZES.vocab)
+    targets = {"eagle3": checkpoints.d2t_targets(scenario), HETERO: vocabularies.draft_to_target()}
+    targets = targets.get(method, torch.arange(SIZES.vocab))  # increasing where a draft id has a target
     tokens = targets[far].tolist()  # the tokens a far row's prediction leads to: only theirs are needed
     _, drafted = next_tokens(scenario, method, DTYPES[dtype], tokens)
     after = dict(zip(tokens, drafted.tolist(), strict=True))
@@ -112,7 +127,7 @@ def test_the_pinned_winners_walk_the_whole_id_range(method, dtype, exact):
     for _ in far:
         assert token in after, f"the walk left the far rows after {walked}"
         token = after[token]
-        walked.append(int(torch.searchsorted(targets, token)))  # back to the draft's id
+        walked.append(int((targets == token).nonzero()[0]))  # back to the draft's id
     assert sorted(walked) == far, walked
 
 
@@ -360,6 +375,20 @@ def test_the_command_runs_the_properties_in_one_process():
     cmd = command(args)
     assert cmd[cmd.index("--max-examples") + 1] == "300" and "-p" in cmd and cmd[cmd.index("-p") + 1] == "no:xdist"
     assert cmd[-3:] == ["properties/test_e2e.py", "tests/test_e2e_power.py", "-x"]
+
+
+def test_the_default_run_takes_every_method_and_the_quick_subset_a_draft_with_its_own_words():
+    from tpargmax.cli import build_parser
+    from tpargmax.e2e import command
+
+    def chosen(*argv: str) -> tuple[str, str, str | None]:
+        cmd = command(build_parser().parse_args(["e2e", "--repro-dir", "r", *argv]))
+        examples = cmd[cmd.index("--max-examples") + 1] if "--max-examples" in cmd else None
+        return cmd[cmd.index("--e2e-methods") + 1], cmd[cmd.index("--e2e-dtypes") + 1], examples
+
+    assert chosen() == (",".join(METHODS), "float32,bfloat16", None) and HETERO in METHODS
+    assert chosen("--quick") == (f"eagle3,{HETERO}", "float32", "200")  # 2 drawn, under the e2e share of 1 %
+    assert chosen("--quick", "--dtypes", "bfloat16", "--examples", "1") == (f"eagle3,{HETERO}", "bfloat16", "100")
 
 
 # -- the causes end to end ------------------------------------------------------------------------------------------

@@ -19,7 +19,10 @@ import pytest
 from engines.vllm.causes.findings import FINDINGS
 from engines.vllm.e2e.engine import EngineSpec
 from engines.vllm.e2e.pool import EnginePool, group_of
+from engines.vllm.e2e.scenario import HETERO
 from properties import test_e2e as e2e
+from properties.argmax.faults import VALUES_NARROWED
+from properties.e2e.own_words import CONSTRAINT_SKIPPED, MAPPING_SKIPPED
 from properties.failures import PropertyFailure
 from properties.harness import settings as run_settings
 from properties.harness.profiles import backend_budget, running_with
@@ -33,6 +36,7 @@ OFFSET = "[global id without its rank's offset: draft id "
 DIFFER = "[draft tokens differ between engines]"
 REJECTED = "[a draft token that predicts the target exactly was rejected]"
 PADDING = "[padding returned: "
+NARROWED = f"[{VALUES_NARROWED}: rounded to bfloat16"
 DIED = "the engine then died: IndexError: index "  # vLLM indexes d2t with the padding id
 # (planted bug, property, its engine or group, the words its failure must start with)
 CATCHES = [
@@ -56,6 +60,19 @@ CATCHES = [
         ("ids_in_logits_dtype", e2e.test_draft_tokens, {"engine_spec": EngineSpec("bfloat16", m, 2, True)}, "[")
         for m in ("eagle3", "eagle")
     ),
+]
+CATCHES += [  # near ties across ranks in float32 (near_ties_across_ranks): a 16-bit exchange of the values ties them
+    ("values_in_bfloat16", e2e.test_draft_tokens, {"engine_spec": EngineSpec(DTYPE, m, 2, True)}, NARROWED)
+    for m in ("eagle3", "eagle")
+]
+CATCHES += [  # a model's own local path (after d2t) returning an id vLLM cannot hold: named, though vLLM dies of it
+    ("id_past_every_vocabulary", e2e.test_draft_tokens, {"engine_spec": ON[tp]}, "[returned id out of range")
+    for tp in (1, 2)
+]
+OWN_WORDS = {tp: EngineSpec(DTYPE, HETERO, tp, True) for tp in (1, 2)}  # a draft with a vocabulary of its own
+CATCHES += [
+    ("own_words_unconstrained", e2e.test_draft_tokens, {"engine_spec": OWN_WORDS[tp]}, f"[{CONSTRAINT_SKIPPED}: ")
+    for tp in (1, 2)
 ]
 CARRIED = "carried in bfloat16"  # as the first line says it, alone or beside an off-by-one it also fits
 ENGINE_SCRIPTS = [reach for reach in FINDINGS.end_to_end if reach.script]
@@ -115,6 +132,52 @@ def test_an_end_to_end_property_fails_on_a_broken_local_path(engine_pool, plant,
 def test_the_output_alone_never_shows_a_broken_local_path(engine_pool, plant, spec):
     """Lossless holds with every planted bug: a wrong draft token is rejected, and the tokens stay the target's."""
     assert failure(e2e.test_lossless, engine_pool, plant, engine_spec=spec) == ""
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_vllm_sends_a_draft_with_its_own_words_unmapped_and_the_correction_does_not(engine_pool, tp):
+    """With the switch on, vLLM 0.32.0's proposer returns the draft's own ids (no constraint, no mapping): the
+    draft-token property names it; the project's correction (``engines.vllm.corrections.proposers``), planted in
+    every worker, passes it and the exact draft's acceptance."""
+    spec = OWN_WORDS[tp]
+    if (DTYPE, HETERO) not in run_settings.current().e2e_groups:
+        pytest.skip(f"the {HETERO}-{DTYPE} engines are not in this run (--e2e-methods, --e2e-dtypes)")
+    from engines.vllm.corrections.proposers import PATCHES
+
+    if not PATCHES:
+        pytest.skip("this vLLM has no V1 proposer with use_heterogeneous_vocab")
+    with running_with(e2e.test_draft_tokens, FIND_ONLY), backend_budget(e2e.test_draft_tokens, None):
+        try:
+            e2e.test_draft_tokens(engine_pool=engine_pool, engine_spec=spec)
+        except PropertyFailure as exc:
+            assert str(exc).startswith(f"[{MAPPING_SKIPPED}: returned draft id "), str(exc)
+        else:
+            raise AssertionError("vLLM's own switch passed the draft-token property with a vocabulary of its own")
+    for prop in (e2e.test_draft_tokens, e2e.test_exact_acceptance):
+        assert failure(prop, engine_pool, "own_words_corrected", engine_spec=spec) == "", prop.__name__
+
+
+PROPOSER_SCRIPTS = [  # what the switch meets in the V1 proposers (docs/vllm.md), each engine script: its first words
+    ("own-vocabulary-unmapped.py", "Own vocabulary end to end: "),
+    ("refusal-lost.py", "Refusal end to end: "),
+]
+
+
+@pytest.mark.parametrize("name, words", PROPOSER_SCRIPTS, ids=[n for n, _ in PROPOSER_SCRIPTS])
+def test_a_proposer_script_fails_on_vllm_and_passes_corrected(name, words):
+    """Run as a user runs it, the script exits 1 and says why; with the project's corrections in every process of
+    the engine (``tests/fixtures/corrected_site``: the proposers' among them), 0."""
+    from engines.vllm.corrections.proposers import PATCHES
+    from tests.suite import run_in_its_folder
+
+    if not PATCHES:
+        pytest.skip("this vLLM has no V1 proposers to correct")
+    script = ROOT / "docs" / "conformance" / "vllm-0.32.0" / "engine" / name
+    done = run_in_its_folder(script, 1800)
+    assert done.returncode == 1 and done.stdout.startswith(words), done.stdout + done.stderr[-3000:]
+    site = ROOT / "tests" / "fixtures" / "corrected_site"
+    done = run_in_its_folder(script, 1800, PYTHONPATH=str(site), TPARGMAX_ROOT=str(ROOT))
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
 
 
 @pytest.mark.parametrize("reach", ENGINE_SCRIPTS, ids=[r.cause for r in ENGINE_SCRIPTS])

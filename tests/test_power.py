@@ -52,6 +52,7 @@ CATCHES = [
     (eq.test_token_exact, "last_index_in_shard", "[tie within a shard resolved to a later index"),
     (eq.test_token_exact, "highest_rank_wins", "[tie across ranks resolved to the higher rank]"),
     (eq.test_token_exact, "ids_in_bf16", "id carried in bfloat16"),
+    (eq.test_token_exact, "values_in_bf16", f"[{faults.VALUES_NARROWED}: rounded to bfloat16"),
     (eq.test_token_exact, "off_by_one_at_shard_start", "global id off by one"),
     (eq.test_token_exact, "softcap_after_choosing", "[soft cap not applied before choosing"),
     # issue 50: the bias, a stage the generic "chose a non-maximal logit" used to hide

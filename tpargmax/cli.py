@@ -176,12 +176,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="the installed vLLM's engine end to end: speculative decoding with use_local_argmax_reduction on and "
         "off, at tp 1 and 2 (needs tpargmax install-vllm, a build with vLLM's CPU kernels)",
     )
-    e2e.add_argument("--methods", default="eagle3,eagle,draft_model", help="speculative methods (default %(default)s)")
-    e2e.add_argument("--dtypes", default="float32,bfloat16", help="dtypes (default %(default)s)")
+    e2e.add_argument(
+        "--methods",
+        help="speculative methods (default eagle3,eagle,draft_model,draft_model_hetero; draft_model_hetero: a draft "
+        "with a vocabulary of its own)",
+    )
+    e2e.add_argument("--dtypes", help="dtypes (default float32,bfloat16)")
     e2e.add_argument(
         "--examples",
         type=_positive,
-        help="drawn examples per property and engine (default: 8, ci's), after one pinned per planted case (7)",
+        help="drawn examples per property and engine (default: 8, ci's), after one pinned per planted case (8)",
+    )
+    e2e.add_argument(
+        "--quick",
+        action="store_true",
+        help="the quick subset: eagle3 and draft_model_hetero in float32, 2 drawn examples (--methods, --dtypes and "
+        "--examples, where given, win)",
     )
     e2e.add_argument("--profile", default="ci", help="Hypothesis profile (default %(default)s; nightly: database on)")
     e2e.add_argument(

@@ -17,12 +17,20 @@ import subprocess
 import sys
 
 from engines.versions import installed_vllm, vllm_repro
+from engines.vllm.e2e.engine import DTYPES
+from engines.vllm.e2e.scenario import METHODS
 from properties.harness.profiles import E2E_SHARE
 from tpargmax import ROOT
+
+QUICK = {"methods": "eagle3,draft_model_hetero", "dtypes": "float32", "examples": 2}  # a look in minutes
 
 
 def command(args: argparse.Namespace) -> list[str]:
     """The pytest command line ``args`` ask for."""
+    chosen = {"methods": ",".join(METHODS), "dtypes": ",".join(DTYPES), "examples": None}
+    chosen |= QUICK if getattr(args, "quick", False) else {}
+    chosen |= {k: getattr(args, k) for k in chosen if getattr(args, k, None) is not None}  # what is named wins
+    args = argparse.Namespace(**{**vars(args), **chosen})
     cmd = [sys.executable, "-m", "pytest", "--e2e", "-p", "no:xdist", "--hypothesis-profile", args.profile]
     repro_dir = args.repro_dir or vllm_repro(installed_vllm() or "unknown")
     cmd += ["--repro-dir", repro_dir, "--e2e-methods", args.methods, "--e2e-dtypes", args.dtypes]

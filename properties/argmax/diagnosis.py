@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import torch
 
-from properties.argmax.faults import SOFT_CAP_SKIPPED, explaining
+from properties.argmax.faults import SOFT_CAP_SKIPPED, explaining, named
 from properties.cases.case import Inputs
 from properties.harness.runner import run_ranks
 from properties.oracle import Answer, answer
@@ -197,7 +197,7 @@ def explain(
     if faults:
         hows = " and ".join(dict.fromkeys(f.how for f in faults))
         lines.append(f"the chosen id is the first maximum of the logits {hows}")
-        return faults[0].named, lines
+        return named(faults), lines
     if tied:
         return _tie_rule(want, row, first, chosen), lines
     source = None if tokens is None else row_source(want, row, tokens, impl)
@@ -214,13 +214,13 @@ def explain(
 
 def carried_rule(first: int, chosen: int) -> str | None:
     """The rule when ``chosen`` is the id ``first`` rounded to bfloat16 or float16 (carried in a float type too
-    narrow for it); None if it is not."""
+    narrow for it), naming each of the two it fits; None if it is not."""
     as_float = torch.tensor(float(first), device="cpu")
-    rounded = [str(d)[6:] for d in (torch.bfloat16, torch.float16) if as_float.to(d) == chosen]
+    rounded = " or ".join(str(d)[6:] for d in (torch.bfloat16, torch.float16) if float(as_float.to(d)) == chosen)
     if rounded and abs(chosen - first) == 1:  # the id alone cannot tell these two apart
-        return f"global id off by one, or id carried in {rounded[0]}: {first} reported as {chosen} fits both"
-    if rounded and chosen != first:
-        return f"id carried in {rounded[0]}: {first} rounds to {chosen}"
+        return f"global id off by one, or id carried in {rounded}: {first} reported as {chosen} fits both"
+    if rounded and chosen != first:  # every type it fits (compared as numbers, not in the narrow type)
+        return f"id carried in {rounded}: {first} rounds to {chosen}"
     return None
 
 

@@ -24,6 +24,7 @@ NOT_ROUNDED = "logits not rounded to the head's dtype before the reduction"
 ADDED_UNCAPPED = "cap or scale not applied to the added rows"
 BIAS_SKIPPED = "bias not added before choosing: the chosen id wins only without it"
 ADDED_MASKED = "added ids left out of the reduction, as padding: the chosen id wins only without them"
+VALUES_NARROWED = "values carried in a float type narrower than the logits' before the reduction"
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,37 @@ def _added_masked(want: Answer, row: int) -> torch.Tensor | None:
     return None if org >= want.inputs.vocab else torch.cat([logits[:org], torch.full_like(logits[org:], -torch.inf)])
 
 
+def _narrowed(dtype: torch.dtype) -> Callable[[Answer, int], torch.Tensor | None]:
+    """The ranks' maxima alone, each rounded to ``dtype``, as an exchange that carries the values in it compares them
+    (a float32 head's only: a 16-bit head's logits are already as narrow)."""
+
+    def model(want: Answer, row: int) -> torch.Tensor | None:
+        logits, inputs = want.draft_logits[row], want.inputs
+        if logits.dtype.itemsize <= dtype.itemsize:
+            return None
+        carried, n = torch.full_like(logits, -torch.inf), len(logits)
+        for lay in inputs.layouts:
+            base = torch.arange(lay.start, max(lay.start, min(lay.start + lay.base_real, n)))
+            added = torch.arange(lay.added_start, max(lay.added_start, min(lay.added_start + lay.added_real, n)))
+            mine = torch.cat([base, added]).to(logits.device)
+            if len(mine):
+                best = mine[int(torch.argmax(logits[mine]))]  # the rank's first maximum (a NaN first)
+                carried[best] = logits[best].to(dtype).to(logits.dtype)
+        return carried
+
+    return model
+
+
+def named(faults: list[Fault]) -> str:
+    """The rule the first of ``faults`` names; for values carried in a narrow type, with every type that explains the
+    choice (bfloat16 and float16 round a near tie alike)."""
+    first = faults[0]
+    if first.rule != VALUES_NARROWED:
+        return first.named
+    types = [f.detail.removeprefix("rounded to ") for f in faults if f.rule == first.rule]
+    return f"{first.rule}: rounded to {' or '.join(types)}"
+
+
 def _left_off(cap: bool, scale: bool) -> str:
     return " and ".join(what for what, off in (("the soft cap", cap), ("the scale", scale)) if off)
 
@@ -202,6 +234,11 @@ FAULTS = (
     Fault(NOT_ROUNDED, "computed in float32", _in(torch.float32), detail="computed in float32"),
     Fault(SOFT_CAP_SKIPPED, "without the soft cap", _uncapped, ties_only=True),
     Fault(NOT_ROUNDED, "computed in float64", _in(torch.float64), detail="computed in float64"),
+    # last: a float32 engine whose reduction carries the values in 16 bits ties what float32 tells apart
+    *(
+        Fault(VALUES_NARROWED, f"rounded to {n}", _narrowed(d), detail=f"rounded to {n}")
+        for n, d in (("bfloat16", torch.bfloat16), ("float16", torch.float16))
+    ),
 )
 
 

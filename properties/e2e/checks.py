@@ -17,9 +17,10 @@ from engines.vllm.e2e.engine import Engine, EngineDied, Generated
 from engines.vllm.e2e.scenario import Scenario
 from properties.argmax.diagnosis import carried_rule, explain, non_token_rule
 from properties.cases.case import Inputs
+from properties.e2e import own_words
 from properties.e2e.probe import Call, Drafting, ProbeMismatch, Proposal, proposals
 from properties.failures import PropertyFailure
-from properties.oracle import answer
+from properties.oracle import Answer, answer
 
 DRAFT_TARGETS = "every draft token is a target id below the logits vocabulary"
 DRAFT_ORACLE = "every draft token is the oracle's on what the engine handed the draft's head"
@@ -137,7 +138,11 @@ def _judge_call(drafting: Drafting, call: Call, prop: str | None, after: list[st
     ``after``: lines every failure ends with; ``prop``: the property failing (None: the draft tokens' own)."""
     __tracebackhide__ = True
     run = drafting.run
-    for what, per_rank in (("ids before d2t", call.head), ("draft tokens", call.tokens)):
+    for what, per_rank in (
+        ("ids before d2t", call.head),
+        ("the model's ids", call.model),
+        ("draft tokens", call.tokens),
+    ):
         first = per_rank[0]
         for rank, ids in enumerate(per_rank[1:], 1):
             if first is not None and ids is not None and not torch.equal(ids, first):
@@ -156,6 +161,8 @@ def _judge_call(drafting: Drafting, call: Call, prop: str | None, after: list[st
                 carried = carried_rule(_draft_id(inputs, int(want.tokens[row])), got)
                 details = [f"{_where(call, row)}: the draft's head returned {got}", *([rule] if carried else [])]
                 fail(carried or rule, prop or DRAFT_TARGETS, [run], details + after)
+    if tokens is None and call.model and call.model[0] is not None:  # the model returned, then vLLM raised
+        tokens = call.model[0]
     if tokens is None:  # the call that raised: what vLLM would have drafted from what the head returned
         if head is None:
             return
@@ -166,16 +173,33 @@ def _judge_call(drafting: Drafting, call: Call, prop: str | None, after: list[st
             f"{_where(call, row)}: the head returned {int(tokens[row])}, the proposal sent {int(call.drafted[row])}"
         ]
         fail(PROPOSAL_DIFFERS, prop or DRAFT_ORACLE, [run], details + after)
+    own = drafting.own_words
     for row, got in enumerate(tokens.tolist()):
-        rule = non_token_rule(inputs, got)
+        rule = non_token_rule(inputs, got) if not own else _target_id_rule(inputs, got)
         if rule is not None:
             fail(rule, prop or DRAFT_TARGETS, [run], [f"{_where(call, row)}: drafted {got}", *after])
-    wrong = (tokens != want.tokens).nonzero().flatten().tolist()
+    expected = oracle_tokens(drafting, want)
+    wrong = (tokens != expected).nonzero().flatten().tolist()
     if wrong:
         row = wrong[0]
-        rule, lines = explain(want, row, int(tokens[row]))
-        details = [f"{_where(call, row)}: drafted {int(tokens[row])}, the oracle {int(want.tokens[row])}", *lines]
-        fail(rule, prop or DRAFT_ORACLE, [run], details + after)
+        explained = (
+            explain(want, row, int(tokens[row]))
+            if not own
+            else own_words.explain_own_words(want, row, int(tokens[row]))
+        )
+        details = [f"{_where(call, row)}: drafted {int(tokens[row])}, the oracle {int(expected[row])}", *explained[1]]
+        fail(explained[0], prop or DRAFT_ORACLE, [run], details + after)
+
+
+def oracle_tokens(drafting: Drafting, want: Answer) -> torch.Tensor:
+    """The oracle's draft tokens for a call: the classic path's, or for a draft with a vocabulary of its own the
+    argmax over the shared words, mapped (:mod:`properties.e2e.own_words`)."""
+    return own_words.oracle_tokens(want) if drafting.own_words else want.tokens
+
+
+def _target_id_rule(inputs: Inputs, got: int) -> str | None:
+    """A draft with a vocabulary of its own drafts target ids: the rule an id below none of them breaks."""
+    return None if 0 <= got < inputs.target_vocab else f"returned id out of range [0, {inputs.target_vocab})"
 
 
 def check_lossless(spec_run: Generated, alone: Generated) -> None:
@@ -218,7 +242,8 @@ def _oracle_verdicts(proposed: list[tuple[Drafting, Proposal]], prompt: int) -> 
     for drafting, proposal in proposed:
         for call in drafting.calls:
             if call.step == proposal.step:
-                want, got = int(answer(drafting.inputs(call)).tokens[proposal.row]), int(call.drafted[proposal.row])
+                want = int(oracle_tokens(drafting, answer(drafting.inputs(call)))[proposal.row])
+                got = int(call.drafted[proposal.row])
                 if want != got:
                     lines.append(
                         f"{drafting.run.spec.name}, draft position {call.position}: drafted {got}, the oracle {want}"

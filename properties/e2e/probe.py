@@ -19,6 +19,7 @@ import torch
 from safetensors import safe_open
 
 from engines.vllm.e2e.engine import Generated
+from engines.vllm.e2e.scenario import HETERO
 from properties.cases.case import Case, Inputs, layouts_of
 
 
@@ -37,6 +38,7 @@ class Call:
     tokens: tuple[torch.Tensor | None, ...]  # what each rank's greedy sampling returned (None: it raised)
     drafted: torch.Tensor | None  # the proposal's column for this position (rank 0); None where it raised
     head: tuple[torch.Tensor | None, ...]  # each rank's local path's ids, before d2t (None: switch off)
+    model: tuple[torch.Tensor | None, ...] = ()  # each rank's model's get_top_tokens, after d2t (None: not called)
 
 
 @dataclass
@@ -56,6 +58,7 @@ class Drafting:
         self.head = self.ranks[0].meta["head"]
         self.verified: list[dict[str, list[int]]] = self.ranks[0].meta["verified"]
         self.d2t = self.ranks[0].tensors.get("d2t")
+        self.own_words = run.spec.method == HETERO  # a draft with a vocabulary of its own: its picks mapped
 
     @cached_property
     def died(self) -> str | None:
@@ -87,11 +90,12 @@ class Drafting:
             drafts = self.ranks[0].tensors.get(f"step{s}.drafts")
             for c in range(step["calls"]):
                 hidden = self.ranks[0].tensors[f"step{s}.call{c}.hidden"]
-                tokens, head = (
-                    [rank.tensors.get(f"step{s}.call{c}.{k}") for rank in self.ranks] for k in ("tokens", "head")
+                tokens, head, model = (
+                    tuple(rank.tensors.get(f"step{s}.call{c}.{k}") for rank in self.ranks)
+                    for k in ("tokens", "head", "model")
                 )
                 drafted = None if drafts is None else drafts[:, c]
-                out.append(Call(s, c, prompts, hidden, tuple(tokens), drafted, tuple(head)))
+                out.append(Call(s, c, prompts, hidden, tokens, drafted, head, model))
         return out
 
     @cached_property

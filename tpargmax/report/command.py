@@ -52,6 +52,7 @@ from tpargmax.report.subjects import (
     Run,
     Subject,
     model_runs,
+    proposer_table,
     speculator_runs,
     static_runs,
     tpu_inference_runs,
@@ -221,10 +222,12 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
     since = judged_against(vllm_release()) if page == "vllm" else None  # a build no page lists: judged as it says
     judged = ("--baseline",) if since else ()
     speculators: list[dict[str, Any]] = []
+    proposers: list[dict[str, Any]] = []
     if has_vllm and page == "vllm":
         log("finding vLLM's model classes and speculators in the installed wheel")
         more, classes, refusal = model_runs()
         drafts, speculators = speculator_runs(classes)
+        proposers = proposer_table(classes)
         runs += more + xpress_runs() + drafts
     if args.rows:
         runs = [
@@ -249,6 +252,7 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
         "classes": classes,
         "refusal": refusal,
         **({"speculators": speculators} if speculators else {}),
+        **({"proposers": proposers} if proposers else {}),
         "rows": [],
     }
     for n, run in enumerate(runs, 1):
@@ -343,6 +347,7 @@ def merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         # the wheel's classes as this run found them and the suite covers them now (a merge runs discovery again)
         **({"classes": new["classes"], "refusal": new["refusal"]} if new.get("classes") else {}),
         **({"speculators": new["speculators"]} if new.get("speculators") else {}),
+        **({"proposers": new["proposers"]} if new.get("proposers") else {}),
         "commands": [*commands, new["command"]],
         "rows": beside(rows),
     }

@@ -89,12 +89,14 @@ def section(data: dict[str, Any], findings: Findings | None) -> list[str]:
         "## End to end",
         "",
         f"vLLM's engine itself (`{e2e['command']}`): speculative decoding with `use_local_argmax_reduction` on and "
-        "off, EAGLE3, EAGLE and a plain draft model, at tp 1 and 2, in float32 and bfloat16, on tiny models the "
+        "off, EAGLE3, EAGLE, a plain draft model and a plain draft with a vocabulary of its own "
+        "(`draft_model_hetero`, `use_heterogeneous_vocab`), at tp 1 and 2, in float32 and bfloat16, on tiny models the "
         'suite writes so that every verdict is exact (docs/vllm.md, "End to end"). Each example loads new weights '
         "into the running engines and generates; a probe in every worker records what the draft's head was handed "
         "and returned, beside the acceptance counters vLLM keeps. Greedy speculative decoding is lossless, so a "
         "wrong draft token never shows in the output: only these show it. Every planted case runs first, pinned "
-        "(winners across the whole id range among them), then the drawn examples; an engine that dies is judged by "
+        "(winners across the whole id range, and maxima across ranks a float32 ulp apart, among them), then the drawn "
+        "examples; an engine that dies is judged by "
         "what its heads returned before it did.",
         "",
         "| engine | " + " | ".join(TESTS.values()) + " |",

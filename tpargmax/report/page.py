@@ -156,6 +156,7 @@ def render(data: dict[str, Any]) -> str:
     out += [] if findings else _upstream(failures)
     out += _classes(data.get("classes", []), data.get("refusal", {}))
     out += _speculators(data.get("speculators", []))
+    out += _proposers(data.get("proposers", []))
     out += _skips(data["rows"])
     return "\n".join(out).rstrip() + "\n"
 
@@ -231,6 +232,31 @@ def _classes(classes: list[dict[str, Any]], refusal: dict[str, str]) -> list[str
         out.append(f"| `{c['name']}` | `{c['module']}` | {methods} | {c['how']} | {c['confirmed']} | {tested} |")
     for name, message in refusal.items():
         out += ["", f"vLLM's proposer with `use_local_argmax_reduction` on `{name}`: {message}"]
+    return out + [""]
+
+
+def _proposers(proposers: list[dict[str, Any]]) -> list[str]:
+    if not proposers:
+        return []
+    out = [
+        "## V1 proposers found in the wheel",
+        "",
+        "Found by reading the installed package (`engines.vllm.wheel.proposers.scan`): every class under",
+        "`vllm/v1/spec_decode/` that derives from `SpecDecodeBaseProposer`. Each is asked on the class, its",
+        "constructor not run (it needs a whole engine), with vLLM's own objects: what its load says with",
+        "`use_local_argmax_reduction` on to a draft class without `get_top_tokens` (the one named above); at draft",
+        "step 1, whether the switch's pick reads the step's head, where its pick takes the step (a draft of two step",
+        "heads, each exact for the step it is asked); and, where its module builds vLLM's `VocabMapping`, whether the",
+        "switch's greedy pick with a vocabulary of its own is the classic branch's. The engine end to end:",
+        'docs/vllm.md, "The switch and the proposers".',
+        "",
+        "| proposer | module | with the switch on, its load | step pick | a vocabulary of its own |",
+        "|---|---|---|---|---|",
+    ]
+    for p in proposers:
+        steps = p["steps"] or "no step index"
+        own = p["own_words"] or "not taken"
+        out.append(f"| `{p['name']}` | `{p['module']}` | {p['refusal']} | {steps} | {own} |")
     return out + [""]
 
 

@@ -85,6 +85,7 @@ SPECULATOR = {
     "tested": Text(),
     "refusals": Map(LINE),
 }
+PROPOSER = {"name": LINE, "module": LINE, "refusal": LINE, "steps": Text(), "own_words": Text()}
 SCRIPT = {"exit": int, "output": [LINE]}
 END_TO_END = {"command": LINE, "cells": Map(Map(CELL)), "scripts": Map(SCRIPT)}
 CHANGE = {"?evidence": [{"quote": LINE, "line": Nullable(int)}], "?script": {"exit": Nullable(int), "line": Text()}}
@@ -99,6 +100,7 @@ REPORT = {
     "?classes": [CLASS],
     "?refusal": Map(LINE),
     "?speculators": [SPECULATOR],
+    "?proposers": [PROPOSER],
     "rows": [ROW],
     "?end_to_end": END_TO_END,
     "?changes": CHANGES,

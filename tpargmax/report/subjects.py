@@ -186,6 +186,30 @@ def model_runs() -> tuple[list[Run], list[dict[str, Any]], dict[str, str]]:
     return runs, classes, {no_method: said} if said else {}
 
 
+def proposer_table(classes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """vLLM's V1 proposers (:mod:`engines.vllm.wheel.proposers`: found, not listed), each asked on the class what
+    the switch meets: its load, with a draft class without ``get_top_tokens`` (the first discovery found,
+    ``classes``); its step pick, where it takes the step; a vocabulary of its own, where its module builds vLLM's
+    ``VocabMapping``.  Empty where the wheel has no V1 proposers."""
+    from engines.vllm.wheel import proposers
+
+    no_method = next((c for c in classes if not c["methods"]), None)
+    model = getattr(importlib.import_module(no_method["module"]), no_method["name"]) if no_method else None
+    table = []
+    for found in proposers.scan():
+        source = (proposers.vllm_root() / (found.module.removeprefix("vllm.").replace(".", "/") + ".py")).read_text()
+        table.append(
+            {
+                "name": found.name,
+                "module": found.module,
+                "refusal": proposers.refuses(found, model) if model else "not asked: no draft class without it",
+                "steps": proposers.steps_agree(found) or "",
+                "own_words": proposers.own_words_agree(found) if "VocabMapping(" in source else "",
+            }
+        )
+    return table
+
+
 def speculator_runs(classes: list[dict[str, Any]]) -> tuple[list[Run], list[dict[str, Any]]]:
     """Model Runner V2's speculators: a run for each speculator that reaches the switch, on and off, and the
     page's table of every speculator the wheel ships, with what each says at load to a draft class without

@@ -9,8 +9,9 @@ computed value is independent of summation order and batch shape:
   are equal up to a power of two, which rounding keeps exact.
 - The targets' decoder layers are zero (their attention and MLP add exactly 0): the next token depends only on the
   current one, and the final hidden state is the normalised embedding, whatever the batch.
-- Every head row has one nonzero weight, a power of two (or a planted NaN or infinity): each logit is one exact
-  product, the same in oneDNN, ``F.linear`` and any shard.
+- Every head row has one nonzero weight, a power of two (or a planted NaN or infinity, or, for
+  ``near_ties_across_ranks``, one float32 ulp above a power of two): each logit is one product, rounded once, the
+  same in oneDNN, ``F.linear`` and any shard.
 - EAGLE's draft copies the embedding through ``fc``; EAGLE3's attends only to its own position (rotary keys and
   queries on feature 0, scores at least ``0.686 * SCORE_PER_PAIR`` apart) and copies it through ``v`` and ``o``,
   its hidden norm's zero weights keeping every earlier hidden state out (``norm_before_residual``);
@@ -31,13 +32,17 @@ from pathlib import Path
 import torch
 
 from engines.safetensors_file import save
-from engines.vllm.e2e.scenario import D2T_PLANS, SIZES, Scenario
+from engines.vllm.e2e import vocabularies
+from engines.vllm.e2e.scenario import D2T_PLANS, HETERO, SIZES, Scenario
 
 C0 = 1.0  # feature 0 of every embedding: the constant EAGLE3's queries and keys are made of
 MANTISSAS = torch.tensor([1.0, 1.25, 1.5, 1.75])
 EXPONENTS = torch.tensor([-2, -1, 0, 1])
 SCALE_EXPONENTS = torch.tensor([-2, -1, 0, 1, 2])  # a head row's weight: +-2**e
 FAR_WEIGHT = 16.0  # winners_across_ids: four times the strongest other row
+NEAR_WEIGHT = 8.0  # near_ties_across_ranks: twice the strongest drawn row (its pair one float32 ulp above it)
+NEAR_EVERY = 256.0  # ... and on feature 0 (every token's C0): above every other row whatever the norm, so every token
+# reaches that pair (the other pair, on a drawn feature, only some)
 UNMAPPED = -32.0  # EAGLE3: target rows no draft id maps to read feature 0 with this, so they never win
 EAGLE3_LOGIT_SCALE = 0.75  # EAGLE3's config sets logit_scale: its LogitsProcessor scales the draft's logits
 ROPE_THETA = 10000.0
@@ -107,6 +112,14 @@ def planted(w: torch.Tensor, plants: tuple[str, ...], g: torch.Generator) -> tor
         features = 1 + torch.randperm(SIZES.hidden - 1, generator=g)[: len(ids)]
         w[ids] = 0.0
         w[ids, features] = FAR_WEIGHT
+    if "near_ties_across_ranks" in plants:  # the later id larger by float32's last bit: 16-bit types tie them
+        pairs = [(b - 1, b), (1, len(w) - 1)]  # at the shard boundary, and at both ends of the id range
+        if bool(torch.randint(0, 2, (1,), generator=g)):  # which pair every token reaches
+            pairs.reverse()
+        other = 1 + int(torch.randint(0, SIZES.hidden - 1, (1,), generator=g))
+        for (low, high), (feature, weight) in zip(pairs, ((0, NEAR_EVERY), (other, NEAR_WEIGHT)), strict=True):
+            w[[low, high]] = 0.0
+            w[low, feature], w[high, feature] = weight, weight * (1 + 2**-23)
     if "ties_across_ranks" in plants:
         for i in range(4):
             w[b - 1 - i] = w[b + i] = strong[i]
@@ -153,6 +166,14 @@ def d2t_targets(scenario: Scenario) -> torch.Tensor:
     return torch.randperm(v, generator=_gen(scenario.seed, 3))[:dv].sort().values
 
 
+@functools.cache
+def own_words() -> tuple[torch.Tensor, torch.Tensor]:
+    """The heterogeneous draft's words in the target's ids: ``(ids, shared)``, ``ids[d]`` the target id of draft id
+    ``d``'s word where the target has it (``shared[d]``), else ``d`` (whose target embedding its word reads)."""
+    targets = vocabularies.draft_to_target()
+    return torch.where(targets >= 0, targets, torch.arange(len(targets))), targets >= 0
+
+
 def norm_weight(scenario: Scenario) -> torch.Tensor:
     if scenario.norm == "uniform":
         return torch.ones(SIZES.hidden)
@@ -181,11 +202,22 @@ def plan_tensors(scenario: Scenario, method: str | None) -> dict[str, dict[str, 
     if method == "draft_model":
         head = target_head if scenario.exact else planted(sparse_rows(g_draft, SIZES.vocab), scenario.plants, g_draft)
         draft = {"model.norm.weight": norm, "lm_head.weight": head}
+    own, shared = own_words() if method == HETERO else (None, None)  # each draft id's target word, or its own id
+    if own is not None:
+        head = planted(sparse_rows(g_draft, SIZES.draft_vocab), scenario.plants, g_draft)
+        if scenario.exact:  # the target's rows are the shared draft rows; every other target row never wins
+            target_head = torch.zeros_like(target_head)
+            target_head[:, 0] = UNMAPPED
+            target_head[own[shared]] = head[shared]
+        draft = {"model.norm.weight": norm, "lm_head.weight": head}
     if "winners_across_ids" in scenario.plants and method is not None:
         planted_head = draft.get("lm_head.weight", target_head)  # EAGLE shares the target's
-        embed = chained(embed, planted_head, d2t_targets(scenario) if method == "eagle3" else None)
+        targets = d2t_targets(scenario) if method == "eagle3" else own
+        embed = chained(embed, planted_head, targets)
     if method == "draft_model":
         draft["model.embed_tokens.weight"] = embed
+    if own is not None:  # a shared word reads the target's embedding of it; a word of its own, that of its id
+        draft["model.embed_tokens.weight"] = embed[own]
     target = {"model.embed_tokens.weight": embed, "model.norm.weight": norm, "lm_head.weight": target_head}
     return {"target": target, "draft": draft}
 
@@ -250,7 +282,7 @@ def bodies(method: str | None) -> dict[str, dict[str, torch.Tensor]]:
         layer = _zero_layer("layers.0")
         del layer["layers.0.input_layernorm.weight"]  # EAGLE's first layer has none (an Identity)
         draft = layer | {"fc.weight": torch.cat([torch.eye(h), torch.zeros(h, h)], dim=1)}
-    elif method == "draft_model":
+    elif method in ("draft_model", HETERO):
         draft = _zero_layer("model.layers.0")
     return {"target": target, "draft": draft}
 
@@ -268,6 +300,8 @@ def configs(method: str | None) -> dict[str, dict[str, object]]:
             logit_scale=EAGLE3_LOGIT_SCALE,
         )
         return {"target": target, "draft": draft}
+    if method == HETERO:
+        return {"target": target, "draft": _llama("LlamaForCausalLM", 1, vocab_size=SIZES.draft_vocab)}
     return {"target": target} | ({"draft": _llama("LlamaForCausalLM", 1)} if method else {})
 
 
@@ -279,6 +313,8 @@ def write_models(directory: Path, method: str | None) -> dict[str, Path]:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps(config, indent=1))
         save(body[role] | plan[role], folder / "model.safetensors")
+        if method == HETERO:  # vLLM reads both tokenizers, once, to map one vocabulary to the other
+            vocabularies.write_tokenizer(folder, role)
         made[role] = folder
     return made
 

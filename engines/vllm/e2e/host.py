@@ -48,15 +48,19 @@ def orphan_watch() -> None:
 def engine(spec: dict[str, Any]) -> Any:
     from vllm import LLM
 
+    from engines.vllm.e2e.scenario import HETERO, VLLM_METHOD
+
     speculative = None
     if spec["method"] is not None:
         speculative = {
-            "method": spec["method"],
+            "method": VLLM_METHOD.get(spec["method"], spec["method"]),
             "model": spec["draft"],
             "num_speculative_tokens": spec["num_speculative_tokens"],
             "use_local_argmax_reduction": spec["switch"],
             "draft_tensor_parallel_size": spec["tp"],
         }
+        if spec["method"] == HETERO:  # the draft's own tokenizer, its picks mapped to the target's ids
+            speculative["use_heterogeneous_vocab"] = True
     return LLM(
         model=spec["target"],
         tensor_parallel_size=spec["tp"],

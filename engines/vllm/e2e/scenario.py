@@ -11,7 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-METHODS = ("eagle3", "eagle", "draft_model")  # vLLM's speculative methods whose drafts run on the CPU
+# vLLM's speculative methods whose drafts run on the CPU; draft_model_hetero is draft_model with a tokenizer of its
+# own, under use_heterogeneous_vocab (engines.vllm.e2e.vocabularies)
+METHODS = ("eagle3", "eagle", "draft_model", "draft_model_hetero")
+HETERO = "draft_model_hetero"
+VLLM_METHOD = {HETERO: "draft_model"}  # the method vLLM is given, where it is not the suite's name
 # Cases planted in the draft's head (and the target's, where the draft shares or copies it): where vLLM's causes
 # live.  Rows straddle the tp=2 shard boundary, so the same plan ties within a shard at tp 1 and across ranks at 2.
 PLANTS = (
@@ -22,6 +26,7 @@ PLANTS = (
     "all_negative",  # every row reads the constant feature with a negative weight: unmasked padding (0) would win
     "zero_rows",  # rows of zeros: with all_negative, ties at 0 across ranks
     "winners_across_ids",  # strong rows at the ids float types round (past 2**8, 2**11), the ranks' ends, the last id
+    "near_ties_across_ranks",  # rows across ranks whose maxima differ in float32's last bits: 16-bit types tie them
 )
 D2T_PLANS = ("spread", "prefix", "suffix")  # EAGLE3's tables: strictly increasing, as trained drafts have them
 NORMS = ("uniform", "varied")  # the target's final norm weights: all 1, or powers of two per feature
@@ -33,7 +38,7 @@ class Sizes:
 
     # Past 2**11, so that winners reach ids bfloat16 (2**8) and float16 (2**11) cannot carry exactly
     vocab: int = 4500  # the target's: padded to 4544, 44 padding rows at tp 1 and on rank 1 at tp 2 (from 2272)
-    draft_vocab: int = 2300  # EAGLE3's: padded to 2304, 4 padding rows at tp 1 and on rank 1 at tp 2 (from 1152)
+    draft_vocab: int = 2300  # EAGLE3's and the heterogeneous draft's: padded to 2304, 4 padding rows on the last rank
     hidden: int = 128
     heads: int = 4
     intermediate: int = 256

@@ -32,28 +32,38 @@ class Probe:
         self._tpargmax_records = ""  # where a proposal that raises writes what was recorded, at once
         if drafter is None:
             return {"rank": self.rank, "drafter": None}
-        greedy, propose, execute = drafter._greedy_sample, drafter.propose, runner.execute_model
-        processor = drafter.model.logits_processor
+        propose, execute = drafter.propose, runner.execute_model
+        model = drafter.model
+        processor = model.logits_processor
+        target_vocab = runner.model_config.get_vocab_size()
 
         def recorded_execute(scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
             spec = scheduler_output.scheduled_spec_decode_tokens
             if spec:  # what the target verifies this step, by request (-1: a placeholder no proposal filled)
                 self._tpargmax_verified.append({r: list(t) for r, t in spec.items()})
-            return execute(scheduler_output, *args, **kwargs)
+            try:
+                return execute(scheduler_output, *args, **kwargs)
+            except BaseException:  # the engine dies of it: what the heads returned goes to disk first
+                self._tpargmax_keep()
+                raise
 
-        def recorded_head(*args: Any, **kwargs: Any) -> torch.Tensor:
-            """The head's local path (looked up on the class at each call, so a plant takes effect): its ids
-            before ``d2t``, kept in the call being recorded."""
-            ids = type(processor).get_top_tokens(processor, *args, **kwargs)
-            if self._tpargmax_steps and self._tpargmax_steps[-1]["calls"]:
-                self._tpargmax_steps[-1]["calls"][-1]["head"] = ids.detach().clone()
-            return ids
+        def keeper(owner: Any, key: str) -> Any:
+            """``owner``'s ``get_top_tokens`` (looked up on its class at each call, so a plant takes effect), its
+            ids kept under ``key`` in the call being recorded."""
+
+            def recorded(*args: Any, **kwargs: Any) -> torch.Tensor:
+                ids = type(owner).get_top_tokens(owner, *args, **kwargs)
+                if self._tpargmax_steps and self._tpargmax_steps[-1]["calls"]:
+                    self._tpargmax_steps[-1]["calls"][-1][key] = ids.detach().clone()
+                return ids
+
+            return recorded
 
         def recorded_greedy(hidden_states: torch.Tensor) -> torch.Tensor:
             call: dict[str, torch.Tensor] = {"hidden": hidden_states.detach().clone()}
             if self._tpargmax_steps:
                 self._tpargmax_steps[-1]["calls"].append(call)
-            tokens = greedy(hidden_states)
+            tokens = type(drafter)._greedy_sample(drafter, hidden_states)  # on the class: a plant takes effect
             call["tokens"] = tokens.detach().clone()
             return tokens
 
@@ -65,11 +75,12 @@ class Probe:
             except BaseException as exc:  # the engine dies of it: what the heads returned goes to disk first
                 rows = len(step["calls"][0]["hidden"]) if step["calls"] else 0
                 step["req_ids"], step["died"] = list(runner.input_batch.req_ids[:rows]), f"{type(exc).__name__}: {exc}"
-                if self._tpargmax_records:
-                    self.tpargmax_take(self._tpargmax_records)
+                self._tpargmax_keep()
                 raise
             step["drafts"] = drafts.detach().clone()
             step["req_ids"] = list(runner.input_batch.req_ids[: drafts.shape[0]])
+            if bool(((drafts < 0) | (drafts >= target_vocab)).any()):  # no target holds it: vLLM may die of it
+                self._tpargmax_keep()  # anywhere, even outside a worker, so the records go to disk now
             return drafts
 
         drafter._greedy_sample, drafter.propose, runner.execute_model = (
@@ -77,8 +88,15 @@ class Probe:
             recorded_propose,
             recorded_execute,
         )
-        processor.get_top_tokens = recorded_head
+        processor.get_top_tokens = keeper(processor, "head")  # the head's ids, before d2t
+        if hasattr(model, "get_top_tokens"):  # the model's own local path, after d2t: what the proposer got
+            model.get_top_tokens = keeper(model, "model")
         return {"rank": self.rank, **self._tpargmax_head_info()}
+
+    def _tpargmax_keep(self) -> None:
+        """Write what was recorded so far, keeping it (a later take writes it again, with what followed)."""
+        if self._tpargmax_records:
+            self.tpargmax_take(self._tpargmax_records, forget=False)
 
     def _tpargmax_head_info(self) -> dict[str, Any]:
         drafter = self.model_runner.drafter
@@ -119,10 +137,10 @@ class Probe:
                 if isinstance(module, VocabParallelEmbedding):
                     module.quant_method.process_weights_after_loading(module)
 
-    def tpargmax_take(self, path: str) -> int:
+    def tpargmax_take(self, path: str, forget: bool = True) -> int:
         """Write what the probe recorded since the last take (and the draft's head as it is now) to ``path`` with
-        this rank's number in it; forget it; return the number of steps.  A step whose proposal raised keeps its
-        calls up to the one that raised, and says what it raised (``died``)."""
+        this rank's number in it; forget it (unless ``forget`` is False); return the number of steps.  A step whose
+        proposal raised keeps its calls up to the one that raised, and says what it raised (``died``)."""
         tensors: dict[str, torch.Tensor] = {}
         steps = []
         model = self.model_runner.drafter.model
@@ -142,8 +160,9 @@ class Probe:
                 steps[-1]["died"] = step["died"]
         meta = {"steps": steps, "verified": self._tpargmax_verified, "head": self._tpargmax_head_info()}
         save(tensors, path.format(rank=self.rank), {"probe": json.dumps(meta)})
-        self._tpargmax_steps.clear()
-        self._tpargmax_verified.clear()
+        if forget:
+            self._tpargmax_steps.clear()
+            self._tpargmax_verified.clear()
         return len(steps)
 
     def tpargmax_plant(self, name: str | None) -> str | None:

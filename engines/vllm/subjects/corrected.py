@@ -18,6 +18,7 @@ from engines.findings import corrected
 from engines.vllm.corrections import gemma4 as fixes_gemma4
 from engines.vllm.corrections import muse_spark as fixes_muse_spark
 from engines.vllm.corrections import processor as fixes
+from engines.vllm.corrections import proposers as fixes_proposers
 from engines.vllm.corrections import speculators as fixes_speculators
 from engines.vllm.subjects import layer, models, speculators
 
@@ -28,6 +29,7 @@ PATCHES = (
     *fixes_gemma4.PATCHES,
     *(p for name in fixes_muse_spark.NAMES if name in models.SUBJECTS for p in fixes_muse_spark.patches(name)),
     *fixes_speculators.PATCHES,
+    *fixes_proposers.PATCHES,
 )
 LAYER = {
     "vllm": layer.vllm_local_argmax,

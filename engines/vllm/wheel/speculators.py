@@ -98,9 +98,9 @@ class _Class:
     supers: dict[str, set[str]]  # each method it defines -> the methods it calls on super()
 
 
-def _picks(line: list[str], classes: dict[str, _Class]) -> tuple[str, ...]:
-    """The shortest chain of self-calls, each resolved along ``line`` as Python would, from ``propose`` to
-    ``sample_draft``; empty where there is none."""
+def _picks(line: list[str], classes: dict[str, _Class], goals: tuple[str, ...]) -> tuple[str, ...]:
+    """The shortest chain of self-calls, each resolved along ``line`` as Python would, from ``propose`` to one of
+    ``goals``; empty where there is none."""
 
     def owner(method: str) -> str | None:
         return next((c for c in line if method in classes[c].calls), None)
@@ -112,7 +112,7 @@ def _picks(line: list[str], classes: dict[str, _Class]) -> tuple[str, ...]:
         if where is None:
             continue
         for callee in sorted(classes[where].calls[path[-1]]):
-            if callee == "sample_draft":
+            if callee in goals:
                 return (*path, callee)
             if callee not in seen:
                 seen.add(callee)
@@ -124,9 +124,18 @@ def _picks(line: list[str], classes: dict[str, _Class]) -> tuple[str, ...]:
 def scan() -> tuple[Speculator, ...]:
     """Every speculator class under :data:`FOLDER`, sorted by module and name (empty where the wheel has no Model
     Runner V2)."""
+    return scan_classes(FOLDER, ROOT_CLASS, METHODS, ("sample_draft",))
+
+
+def scan_classes(
+    folder: str, root_class: str, methods: tuple[str, ...], goals: tuple[str, ...]
+) -> tuple[Speculator, ...]:
+    """Every class under vLLM's ``folder`` that derives, directly or through another, from ``root_class``, with
+    where each of ``methods`` comes from and the chain from its ``propose`` to one of ``goals`` (where the switch
+    routes the pick), sorted by module and name.  Read with ``ast``: nothing is imported."""
     root = vllm_root()
     classes: dict[str, _Class] = {}
-    for path in sorted((root / FOLDER).rglob("*.py")):
+    for path in sorted((root / folder).rglob("*.py")):
         tree = ast.parse(path.read_bytes(), str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef) and node.name not in classes:
@@ -150,13 +159,13 @@ def scan() -> tuple[Speculator, ...]:
     found = []
     for name, found_class in classes.items():
         line = lineage(name)
-        if name == ROOT_CLASS or ROOT_CLASS not in line:
+        if name == root_class or root_class not in line:
             continue
         resolved = tuple(
-            (m, owner) for m in METHODS for owner in [next((c for c in line if m in classes[c].calls), None)] if owner
+            (m, owner) for m in methods for owner in [next((c for c in line if m in classes[c].calls), None)] if owner
         )
-        defines = tuple(m for m in METHODS if m in found_class.calls)
-        picks, loads = _picks(line, classes), _loads(line, classes)
+        defines = tuple(m for m in methods if m in found_class.calls)
+        picks, loads = _picks(line, classes, goals), _loads(line, classes)
         found.append(Speculator(name, found_class.module, found_class.bases, defines, resolved, picks, loads))
     return tuple(sorted(found, key=lambda s: (s.module, s.name)))
 

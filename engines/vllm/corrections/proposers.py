@@ -1,0 +1,110 @@
+"""The project's corrections of vLLM's V1 proposers where the switch meets their other features (V17, V18).
+
+vLLM 0.32.0 and 0.33.0 (``vllm/v1/spec_decode/llm_base_proposer.py``, ``SpecDecodeBaseProposer._greedy_sample``)
+return the draft model's ``get_top_tokens`` as soon as ``use_local_argmax_reduction`` is on, before the
+``use_heterogeneous_vocab`` branch: the pick is taken over every draft word and sent to the target as a draft id.
+The correction keeps the local path and adds the two steps the classic branch takes: each rank ranks only its shard's
+base ids whose words the target holds (vLLM's own ``VocabMapping.intersection_mask_draft``), the ranks exchange one
+(value, id) pair each (the id in float64, exact for every id below 2**53), the first maximum over ranks wins, and
+``VocabMapping.map_draft_to_target_ids`` maps it.  Every other configuration runs vLLM's own method.  A release
+without the V1 proposer or without heterogeneous vocabularies gets no patch (:data:`PATCHES` is empty there).
+
+V18: ``DraftModelProposer``, ``Gemma4Proposer`` and ``Step3p5MTPProposer`` each keep their draft's own head by
+overriding ``_maybe_share_lm_head``, the method in which the base class refuses the switch for a draft class without
+``get_top_tokens``; :func:`refusing` keeps their sharing nothing and puts the refusal back.
+
+vLLM is imported inside the functions: this module imports without it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engines.findings import Patch
+
+_PROPOSER = "vllm.v1.spec_decode.llm_base_proposer"
+_TARGET = "vllm.v1.spec_decode.draft_model:DraftModelProposer._greedy_sample"  # it inherits the base's
+
+
+def shared_top_tokens(model: Any, hidden_states: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """The draft ids of the local argmax over the ids ``allowed`` marks (``[draft vocab]``), as
+    ``LogitsProcessor.get_top_tokens`` computes it otherwise (soft cap and scale first, padding out)."""
+    from vllm.distributed import tensor_model_parallel_all_gather
+
+    processor, head = model.logits_processor, model.lm_head
+    logits = processor._apply_head(head, hidden_states, None)
+    if processor.soft_cap is not None:
+        logits = torch.tanh(logits / processor.soft_cap) * processor.soft_cap
+    logits = logits * processor.scale
+    shard = head.shard_indices
+    ids = shard.org_vocab_start_index + torch.arange(logits.shape[-1], device=logits.device)
+    real = ids < shard.org_vocab_end_index
+    kept = real & allowed.to(logits.device)[ids.clamp(max=len(allowed) - 1)]
+    value, index = logits.masked_fill(~kept, float("-inf")).max(dim=-1)
+    top = index + shard.org_vocab_start_index
+    if head.tp_size == 1:
+        return top
+    pair = torch.stack([value.double(), top.double()], dim=-1)
+    pairs = tensor_model_parallel_all_gather(pair, dim=-1).view(len(hidden_states), head.tp_size, 2)
+    rank = pairs[..., 0].argmax(dim=-1, keepdim=True)  # the first maximum: the lowest ids, a NaN the largest
+    return pairs[..., 1].gather(-1, rank).squeeze(-1).to(torch.int64)
+
+
+def greedy_sample(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+    """``DraftModelProposer._greedy_sample`` (vLLM's only proposer that takes a vocabulary of its own), with the switch
+    on and a vocabulary of its own: the local argmax over the shared words, mapped to the target's ids; vLLM's own
+    method (the base class's) otherwise."""
+    if self.use_local_argmax_reduction and getattr(self, "use_heterogeneous_vocab", False):
+        mapping = self.vocab_mapping
+        picked = shared_top_tokens(self.model, hidden_states, mapping.intersection_mask_draft)
+        return mapping.map_draft_to_target_ids(picked)
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+    return SpecDecodeBaseProposer._greedy_sample(self, hidden_states)
+
+
+def _ships_heterogeneous_vocab() -> bool:
+    """Whether the installed vLLM's V1 proposer has ``use_heterogeneous_vocab`` (0.32.0, 0.33.0), read without
+    importing it."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    spec = importlib.util.find_spec(_PROPOSER)
+    return spec is not None and spec.origin is not None and "use_heterogeneous_vocab" in Path(spec.origin).read_text()
+
+
+def refusing(self: Any, target_language_model: Any) -> None:
+    """The ``_maybe_share_lm_head`` of a proposer that keeps its draft's own head (V18): it shares nothing, as
+    vLLM's does, and refuses the switch for a draft class without ``get_top_tokens``, naming the class, as the base
+    class's load does."""
+    if self.use_local_argmax_reduction and not hasattr(self.model, "get_top_tokens"):
+        raise ValueError(
+            f"use_local_argmax_reduction needs the draft model's get_top_tokens(), and {type(self.model).__name__} "
+            "has none"
+        )
+
+
+# V18: the proposers whose own _maybe_share_lm_head (sharing nothing) drops the base class's refusal, in 0.32.0
+_KEEP_OWN_HEAD = {
+    "draft_model": "DraftModelProposer",
+    "gemma4": "Gemma4Proposer",
+    "step3p5": "Step3p5MTPProposer",
+}
+
+
+def _ships(module: str) -> bool:
+    """Whether the installed vLLM has ``vllm.v1.spec_decode.MODULE``, found without importing it."""
+    return importlib.util.find_spec("vllm") is not None and importlib.util.find_spec(module) is not None
+
+
+PATCHES: tuple[Patch, ...] = (
+    *((Patch(_TARGET, greedy_sample),) if _ships_heterogeneous_vocab() else ()),
+    *(
+        Patch(f"vllm.v1.spec_decode.{module}:{name}._maybe_share_lm_head", refusing)
+        for module, name in _KEEP_OWN_HEAD.items()
+        if _ships(f"vllm.v1.spec_decode.{module}")
+    ),
+)
