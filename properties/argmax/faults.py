@@ -24,6 +24,7 @@ NOT_ROUNDED = "logits not rounded to the head's dtype before the reduction"
 ADDED_UNCAPPED = "cap or scale not applied to the added rows"
 BIAS_SKIPPED = "bias not added before choosing: the chosen id wins only without it"
 ADDED_MASKED = "added ids left out of the reduction, as padding: the chosen id wins only without them"
+CPU_ENGINE = "captured in vLLM's workers"  # how an end-to-end case says where it came from (Inputs.applied)
 VALUES_NARROWED = "values carried in a float type narrower than the logits' before the reduction"
 
 
@@ -104,8 +105,10 @@ def _tf32(want: Answer, row: int) -> torch.Tensor | None:
     """What each rank multiplies, the whole batch by its shard: cuBLAS picks its kernel by shape (one row alone may
     never reach the tensor cores, and so never round to TF32), the CPU its summation order."""
     inputs = want.inputs
-    if want.draft_logits.dtype != torch.float32:
-        return None
+    if want.draft_logits.dtype != torch.float32 or (
+        CPU_ENGINE in inputs.applied and inputs.hidden.device.type == "cpu"
+    ):
+        return None  # vLLM's CPU engine multiplies float32 heads in float32 (oneDNN): never in TF32
     logits = inputs.hidden.new_empty(inputs.vocab)
     for lay in inputs.layouts:
         weight, bias = inputs.weight_shard(lay.rank), inputs.bias_shard(lay.rank)
@@ -183,9 +186,10 @@ def _narrowed(dtype: torch.dtype) -> Callable[[Answer, int], torch.Tensor | None
             return None
         carried, n = torch.full_like(logits, -torch.inf), len(logits)
         for lay in inputs.layouts:
-            base = torch.arange(lay.start, max(lay.start, min(lay.start + lay.base_real, n)))
-            added = torch.arange(lay.added_start, max(lay.added_start, min(lay.added_start + lay.added_real, n)))
-            mine = torch.cat([base, added]).to(logits.device)
+            device = logits.device
+            base = torch.arange(lay.start, max(lay.start, min(lay.start + lay.base_real, n)), device=device)
+            end = max(lay.added_start, min(lay.added_start + lay.added_real, n))
+            mine = torch.cat([base, torch.arange(lay.added_start, end, device=device)])
             if len(mine):
                 best = mine[int(torch.argmax(logits[mine]))]  # the rank's first maximum (a NaN first)
                 carried[best] = logits[best].to(dtype).to(logits.dtype)
@@ -234,7 +238,8 @@ FAULTS = (
     Fault(NOT_ROUNDED, "computed in float32", _in(torch.float32), detail="computed in float32"),
     Fault(SOFT_CAP_SKIPPED, "without the soft cap", _uncapped, ties_only=True),
     Fault(NOT_ROUNDED, "computed in float64", _in(torch.float64), detail="computed in float64"),
-    # last: a float32 engine whose reduction carries the values in 16 bits ties what float32 tells apart
+    # last: a float32 engine whose exchange carries the ranks' maxima in 16 bits ties what float32 tells apart (a
+    # TF32 matmul, earlier, ties maxima within 10 bits of each other too: float16's width)
     *(
         Fault(VALUES_NARROWED, f"rounded to {n}", _narrowed(d), detail=f"rounded to {n}")
         for n, d in (("bfloat16", torch.bfloat16), ("float16", torch.float16))

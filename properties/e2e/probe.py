@@ -20,6 +20,7 @@ from safetensors import safe_open
 
 from engines.vllm.e2e.engine import Generated
 from engines.vllm.e2e.scenario import HETERO
+from properties.argmax.faults import CPU_ENGINE
 from properties.cases.case import Case, Inputs, layouts_of
 
 
@@ -148,7 +149,7 @@ class Drafting:
             layouts=layouts,
             d2t=self.d2t,
             target_vocab=info["target_vocab"],
-            applied=("captured in vLLM's workers",),
+            applied=(CPU_ENGINE,),
         )
 
 

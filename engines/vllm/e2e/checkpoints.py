@@ -40,9 +40,10 @@ MANTISSAS = torch.tensor([1.0, 1.25, 1.5, 1.75])
 EXPONENTS = torch.tensor([-2, -1, 0, 1])
 SCALE_EXPONENTS = torch.tensor([-2, -1, 0, 1, 2])  # a head row's weight: +-2**e
 FAR_WEIGHT = 16.0  # winners_across_ids: four times the strongest other row
-NEAR_WEIGHT = 8.0  # near_ties_across_ranks: twice the strongest drawn row (its pair one float32 ulp above it)
-NEAR_EVERY = 256.0  # ... and on feature 0 (every token's C0): above every other row whatever the norm, so every token
-# reaches that pair (the other pair, on a drawn feature, only some)
+# near_ties_across_ranks: two pairs, each's later row one float32 ulp above the other (16-bit types tie them): one on
+# a drawn feature, twice the strongest drawn row; one on feature 0 (every token's C0), above every other row whatever
+# the norm, so that every token reaches it
+NEAR_WEIGHT, NEAR_EVERY = 8.0, 256.0
 UNMAPPED = -32.0  # EAGLE3: target rows no draft id maps to read feature 0 with this, so they never win
 EAGLE3_LOGIT_SCALE = 0.75  # EAGLE3's config sets logit_scale: its LogitsProcessor scales the draft's logits
 ROPE_THETA = 10000.0
