@@ -64,7 +64,7 @@ def _d2t_twice(self, hidden_states: torch.Tensor) -> torch.Tensor:
 
 def _past_every_vocabulary(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """``LocalArgmaxMixin.get_top_tokens`` (above ``LogitsProcessor``, after ``d2t``) returning an id no vocabulary
-    holds: its token plus 2**20.  vLLM dies of it after the proposal, outside any draft step."""
+    holds: its token plus 2**20, which vLLM cannot embed or verify."""
 
     def get_top_tokens(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return original(self, hidden_states) + 2**20
