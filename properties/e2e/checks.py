@@ -185,7 +185,7 @@ def _judge_call(drafting: Drafting, call: Call, prop: str | None, after: list[st
         explained = (
             explain(want, row, int(tokens[row]))
             if not own
-            else own_words.explain_own_words(want, row, int(tokens[row]))
+            else own_words.explain_own_words(want, row, int(tokens[row]), int(expected[row]))
         )
         details = [f"{_where(call, row)}: drafted {int(tokens[row])}, the oracle {int(expected[row])}", *explained[1]]
         fail(explained[0], prop or DRAFT_ORACLE, [run], details + after)

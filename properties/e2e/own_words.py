@@ -26,14 +26,14 @@ def oracle_tokens(want: Answer) -> torch.Tensor:
     return tokens_over_shared_words(want.draft_logits, vocabularies.draft_to_target(), vocabularies.target_unk())
 
 
-def explain_own_words(want: Answer, row: int, got: int) -> tuple[str, list[str]]:
-    """The rule a wrong draft token ``got`` (a target id) on ``row`` broke, and the lines that show it."""
+def explain_own_words(want: Answer, row: int, got: int, expected: int) -> tuple[str, list[str]]:
+    """The rule a wrong draft token ``got`` (a target id) on ``row`` broke, where the oracle says ``expected``
+    (:func:`oracle_tokens`), and the lines that show it."""
     mapping, unk = vocabularies.draft_to_target(), vocabularies.target_unk()
     logits = want.draft_logits[row]
     shared = mapping >= 0
     first = int(torch.argmax(logits))  # over every draft word, as a path that skips the constraint takes it
     best = int(torch.argmax(logits.masked_fill(~shared.to(logits.device), float("-inf"))))
-    expected = int(oracle_tokens(want)[row])
     lines = [
         f"row {row}: expected target {expected}: draft id {best}, the argmax over the {int(shared.sum())} shared "
         f"words of {len(mapping)}",

@@ -123,13 +123,18 @@ def get_top_tokens(
     hidden_states: torch.Tensor,
     embedding_bias: torch.Tensor | None = None,
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    allowed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Vocab-parallel argmax, int64 ``[B]``: the classic path's token, with one all-gather of ``[3, B]`` floats.
     ``transform``: an element-wise function a model applies to the processor's logits before its classic argmax
-    (MuseSpark's output transform), applied to each shard's token logits before they are ranked."""
+    (MuseSpark's output transform), applied to each shard's token logits before they are ranked.  ``allowed``: a
+    ``[logits vocab]`` mask of the ids a caller keeps (a draft's words the target shares); the rest count as
+    ``-inf``, as a classic path that masks them before its argmax counts them."""
     _check_scale(self.scale)
     values, ids = _token_logits(self, lm_head, hidden_states, embedding_bias)
     values = values if transform is None else transform(values)
+    if allowed is not None:
+        values = values.masked_fill(~allowed.to(values.device)[ids], -torch.inf)
     top_values, top_ids = _best(values, ids, 1)
     if lm_head.tp_size > 1:
         top_values, top_ids = _merge(top_values, top_ids, 1)

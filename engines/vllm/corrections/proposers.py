@@ -1,15 +1,15 @@
-"""The project's corrections of vLLM's V1 proposers where the switch meets their other features (V17, V18).
+"""The project's corrections of vLLM's V1 proposers where the switch meets their other features.
 
 vLLM 0.32.0 and 0.33.0 (``vllm/v1/spec_decode/llm_base_proposer.py``, ``SpecDecodeBaseProposer._greedy_sample``)
 return the draft model's ``get_top_tokens`` as soon as ``use_local_argmax_reduction`` is on, before the
 ``use_heterogeneous_vocab`` branch: the pick is taken over every draft word and sent to the target as a draft id.
-The correction keeps the local path and adds the two steps the classic branch takes: each rank ranks only its shard's
-base ids whose words the target holds (vLLM's own ``VocabMapping.intersection_mask_draft``), the ranks exchange one
-(value, id) pair each (the id in float64, exact for every id below 2**53), the first maximum over ranks wins, and
-``VocabMapping.map_draft_to_target_ids`` maps it.  Every other configuration runs vLLM's own method.  A release
-without the V1 proposer or without heterogeneous vocabularies gets no patch (:data:`PATCHES` is empty there).
+The correction keeps the local path and adds the two steps the classic branch takes: the project's corrected local
+argmax (:func:`engines.vllm.corrections.processor.get_top_tokens`) ranks only the ids whose words the target holds
+(vLLM's own ``VocabMapping.intersection_mask_draft``), and ``VocabMapping.map_draft_to_target_ids`` maps the
+winner.  Every other configuration runs vLLM's own method.  A release without the V1 proposer or without
+heterogeneous vocabularies gets no patch (:data:`PATCHES` is empty there).
 
-V18: ``DraftModelProposer``, ``Gemma4Proposer`` and ``Step3p5MTPProposer`` each keep their draft's own head by
+The refusal: ``DraftModelProposer``, ``Gemma4Proposer`` and ``Step3p5MTPProposer`` each keep their draft's own head by
 overriding ``_maybe_share_lm_head``, the method in which the base class refuses the switch for a draft class without
 ``get_top_tokens``; :func:`refusing` keeps their sharing nothing and puts the refusal back.
 
@@ -25,33 +25,10 @@ from typing import Any
 import torch
 
 from engines.findings import Patch
+from engines.vllm.corrections.processor import get_top_tokens
 
 _PROPOSER = "vllm.v1.spec_decode.llm_base_proposer"
 _TARGET = "vllm.v1.spec_decode.draft_model:DraftModelProposer._greedy_sample"  # it inherits the base's
-
-
-def shared_top_tokens(model: Any, hidden_states: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """The draft ids of the local argmax over the ids ``allowed`` marks (``[draft vocab]``), as
-    ``LogitsProcessor.get_top_tokens`` computes it otherwise (soft cap and scale first, padding out)."""
-    from vllm.distributed import tensor_model_parallel_all_gather
-
-    processor, head = model.logits_processor, model.lm_head
-    logits = processor._apply_head(head, hidden_states, None)
-    if processor.soft_cap is not None:
-        logits = torch.tanh(logits / processor.soft_cap) * processor.soft_cap
-    logits = logits * processor.scale
-    shard = head.shard_indices
-    ids = shard.org_vocab_start_index + torch.arange(logits.shape[-1], device=logits.device)
-    real = ids < shard.org_vocab_end_index
-    kept = real & allowed.to(logits.device)[ids.clamp(max=len(allowed) - 1)]
-    value, index = logits.masked_fill(~kept, float("-inf")).max(dim=-1)
-    top = index + shard.org_vocab_start_index
-    if head.tp_size == 1:
-        return top
-    pair = torch.stack([value.double(), top.double()], dim=-1)
-    pairs = tensor_model_parallel_all_gather(pair, dim=-1).view(len(hidden_states), head.tp_size, 2)
-    rank = pairs[..., 0].argmax(dim=-1, keepdim=True)  # the first maximum: the lowest ids, a NaN the largest
-    return pairs[..., 1].gather(-1, rank).squeeze(-1).to(torch.int64)
 
 
 def greedy_sample(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -59,8 +36,10 @@ def greedy_sample(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
     on and a vocabulary of its own: the local argmax over the shared words, mapped to the target's ids; vLLM's own
     method (the base class's) otherwise."""
     if self.use_local_argmax_reduction and getattr(self, "use_heterogeneous_vocab", False):
-        mapping = self.vocab_mapping
-        picked = shared_top_tokens(self.model, hidden_states, mapping.intersection_mask_draft)
+        mapping, model = self.vocab_mapping, self.model
+        processor = model.logits_processor
+        allowed = mapping.intersection_mask_draft
+        picked = get_top_tokens(processor, model.lm_head, hidden_states, allowed=allowed)
         return mapping.map_draft_to_target_ids(picked)
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
@@ -77,7 +56,7 @@ def _ships_heterogeneous_vocab() -> bool:
 
 
 def refusing(self: Any, target_language_model: Any) -> None:
-    """The ``_maybe_share_lm_head`` of a proposer that keeps its draft's own head (V18): it shares nothing, as
+    """The ``_maybe_share_lm_head`` of a proposer that keeps its draft's own head: it shares nothing, as
     vLLM's does, and refuses the switch for a draft class without ``get_top_tokens``, naming the class, as the base
     class's load does."""
     if self.use_local_argmax_reduction and not hasattr(self.model, "get_top_tokens"):
@@ -87,7 +66,7 @@ def refusing(self: Any, target_language_model: Any) -> None:
         )
 
 
-# V18: the proposers whose own _maybe_share_lm_head (sharing nothing) drops the base class's refusal, in 0.32.0
+# the proposers whose own _maybe_share_lm_head (sharing nothing) drops the base class's refusal, in 0.32.0
 _KEEP_OWN_HEAD = {
     "draft_model": "DraftModelProposer",
     "gemma4": "Gemma4Proposer",
