@@ -157,29 +157,6 @@ def test_vllm_sends_a_draft_with_its_own_words_unmapped_and_the_correction_does_
         assert failure(prop, engine_pool, "own_words_corrected", engine_spec=spec) == "", prop.__name__
 
 
-PROPOSER_SCRIPTS = [  # what the switch meets in the V1 proposers (docs/vllm.md), each engine script: its first words
-    ("own-vocabulary-unmapped.py", "Own vocabulary end to end: "),
-    ("refusal-lost.py", "Refusal end to end: "),
-]
-
-
-@pytest.mark.parametrize("name, words", PROPOSER_SCRIPTS, ids=[n for n, _ in PROPOSER_SCRIPTS])
-def test_a_proposer_script_fails_on_vllm_and_passes_corrected(name, words):
-    """Run as a user runs it, the script exits 1 and says why; with the project's corrections in every process of
-    the engine (``tests/fixtures/corrected_site``: the proposers' among them), 0."""
-    from engines.vllm.corrections.proposers import PATCHES
-    from tests.suite import run_in_its_folder
-
-    if not PATCHES:
-        pytest.skip("this vLLM has no V1 proposers to correct")
-    script = ROOT / "docs" / "conformance" / "vllm-0.32.0" / "engine" / name
-    done = run_in_its_folder(script, 1800)
-    assert done.returncode == 1 and done.stdout.startswith(words), done.stdout + done.stderr[-3000:]
-    site = ROOT / "tests" / "fixtures" / "corrected_site"
-    done = run_in_its_folder(script, 1800, PYTHONPATH=str(site), TPARGMAX_ROOT=str(ROOT))
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-
-
 @pytest.mark.parametrize("reach", ENGINE_SCRIPTS, ids=[r.cause for r in ENGINE_SCRIPTS])
 def test_an_engine_script_fails_while_its_cause_is_there_and_passes_corrected(reach):
     """Run as a user runs it, the script exits 1 and says why; with the project's corrections in every process of

@@ -289,7 +289,8 @@ def test_a_release_whose_engine_cannot_run_says_so_where_the_end_to_end_section_
     NO_ENGINE = releases.data("0.33.0")["vllm"]["no_engine"]
     assert (
         text.startswith("## End to end")
-        and f"V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14**: not run: {NO_ENGINE}" in text
+        and f"V10, V11, V12, V13, V17, V18, V19, V14**: not run: {NO_ENGINE}" in text
+        and "- **V1, V2, V3, V4, V5, V6, V7, V8, V9, V10," in text
     )
     assert report_e2e.section({}, FINDINGS) == []  # 0.32.0's engine runs: a page without its run says nothing
 
@@ -310,6 +311,16 @@ def test_a_merge_takes_the_classes_its_run_found_again():
     new = {**base, "command": "b", "classes": [{"name": "new"}], "refusal": {"X": "refused"}}
     assert report.merge(base, new)["classes"] == [{"name": "new"}] and report.merge(base, new)["refusal"]
     assert report.merge(base, {**new, "classes": []})["classes"] == [{"name": "old"}]
+
+
+def test_a_merge_takes_what_became_of_the_previous_causes_where_its_run_measured_it():
+    """A run of no rows (``--rows =none --merge``) measures the previous release's causes again, and the merge keeps
+    that; a run of some rows measures nothing, and the saved report's stays."""
+    base = {"versions": {}, "budget": {}, "command": "a", "rows": [], "changes": {"causes": {"V1": {}}}}
+    measured = {"since": "0.32.0", "causes": {"V1": {}, "V17": {"script": {"exit": 1}}}}
+    assert report.merge(base, {**base, "command": "b", "changes": measured})["changes"] == measured
+    without = {k: v for k, v in base.items() if k != "changes"}
+    assert report.merge(base, {**without, "command": "b"})["changes"] == base["changes"]
 
 
 def test_a_pages_release_is_its_findings_last_word_or_the_default():

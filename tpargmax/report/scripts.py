@@ -23,7 +23,7 @@ import torch
 
 from engines.versions import VLLM_VERSION, vllm_page, vllm_releases, vllm_repro
 from engines.vllm.causes import scripts as templates
-from engines.vllm.causes.script_catalog import SCRIPTS, Script
+from engines.vllm.causes.script_catalog import HAND_WRITTEN, SCRIPTS, Script
 from engines.vllm.releases import findings
 from engines.vllm.releases import scripts as release_scripts
 from engines.vllm.wheel import hardware, shm
@@ -229,16 +229,22 @@ def every_script() -> tuple[Script, ...]:
 
 
 def scripts() -> list[Script]:
-    """One script a cause, in the causes' order (a later release's new causes after the first's); a ValueError names
-    a cause without one, or a script without a cause."""
+    """One script a cause, in the causes' order (a later release's new causes after the first's), but for the causes
+    whose reproduction is written by hand (``HAND_WRITTEN``); a ValueError names a cause without one, or a script
+    without a cause."""
     every = every_script()
     by_cause = {script.cause: script for script in every}
-    ids = list(dict.fromkeys(c.id for release in vllm_releases() for c in findings(release, "vllm").causes))
+    ids = [i for i in cause_ids() if i not in HAND_WRITTEN]
     missing, unknown = [i for i in ids if i not in by_cause], sorted(set(by_cause) - set(ids))
     if missing or unknown or len(by_cause) != len(every):
         where = "script_catalog.SCRIPTS and the releases' [[vllm.scripts]]"
         raise ValueError(f"{where}: no script for {missing}, no cause for {unknown}")
     return [by_cause[i] for i in ids]
+
+
+def cause_ids() -> list[str]:
+    """Every release's causes' ids, each once, in the causes' order."""
+    return list(dict.fromkeys(c.id for release in vllm_releases() for c in findings(release, "vllm").causes))
 
 
 def write(out_dir: str | Path | None = None, root: Path = ROOT) -> list[Path]:

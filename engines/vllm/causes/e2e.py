@@ -48,4 +48,11 @@ END_TO_END = (
     EndToEnd("V11", why=MASKED),
     EndToEnd("V12", script=f"{ENGINE_SCRIPTS}/V12-gemma4-dense-assert.py"),
     EndToEnd("V13", why=MASKED),
+    EndToEnd("V17", script=f"{ENGINE_SCRIPTS}/V17-own-vocabulary-unmapped.py"),
+    EndToEnd("V18", script=f"{ENGINE_SCRIPTS}/V18-refusal-lost.py"),
+    EndToEnd(
+        "V19",
+        why="no Step3.5 draft class has `get_top_tokens`, so with the switch on a Step3.5 draft meets V18 (it loads, "
+        "then its first draft step calls the method it lacks) before any step's head",
+    ),
 )

@@ -2,7 +2,8 @@
 
 Every failure on the page is claimed by its key (:func:`engines.findings.failure_key`: its repro file's name, or
 ``SUBJECT TEST`` where it has none): by a cause in :mod:`engines.vllm.causes.logits` (V1 to V10, the
-``LogitsProcessor``) or :mod:`engines.vllm.causes.gemma4` (V11 to V13, Gemma4's MTP head), or by a reason here.
+``LogitsProcessor``) or :mod:`engines.vllm.causes.gemma4` (V11 to V13, Gemma4's MTP head), or by a reason here;
+:mod:`engines.vllm.causes.proposers` (V17 to V19, the V1 proposers) claims none, its reproductions show them.
 ``tests/test_findings.py`` checks that each is claimed exactly once and that no claim is stale.
 """
 
@@ -13,6 +14,7 @@ from engines.versions import VLLM_VERSION
 from engines.vllm.causes import e2e as findings_e2e
 from engines.vllm.causes import gemma4 as findings_gemma4
 from engines.vllm.causes import logits as findings_logits
+from engines.vllm.causes import proposers as findings_proposers
 from engines.vllm.causes import topk as findings_topk
 from engines.vllm.causes.logits import PAGE
 
@@ -109,7 +111,7 @@ REASONS = (
 FINDINGS = Findings(
     f"vLLM {VLLM_VERSION}",
     PAGE,
-    findings_logits.CAUSES + findings_topk.CAUSES + findings_gemma4.CAUSES,
+    findings_logits.CAUSES + findings_topk.CAUSES + findings_gemma4.CAUSES + findings_proposers.CAUSES,
     REASONS,
     findings_e2e.END_TO_END,
 )

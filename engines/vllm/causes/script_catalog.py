@@ -31,6 +31,10 @@ class Script:
     release: str = VLLM_VERSION  # the release whose page the cause is on (its folder, its repro files)
 
 
+# Causes whose reproduction is written by hand, beside its page, and left alone by the generator: a defect in a
+# proposer's routing (engines.vllm.causes.proposers), which no head's case and template shows.
+HAND_WRITTEN = ("V17", "V18", "V19")
+
 # The first release's causes' scripts; a later release's are data in its own file (engines/vllm/releases/X.toml,
 # [[vllm.scripts]]: these fields but ``release``, which is the file's).
 

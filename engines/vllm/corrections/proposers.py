@@ -18,14 +18,13 @@ vLLM is imported inside the functions: this module imports without it.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from engines.findings import Patch
 from engines.vllm.corrections.processor import get_top_tokens
+from engines.vllm.wheel.discovery import ships
 
 _PROPOSER = "vllm.v1.spec_decode.llm_base_proposer"
 _TARGET = "vllm.v1.spec_decode.draft_model:DraftModelProposer._greedy_sample"  # it inherits the base's
@@ -44,15 +43,6 @@ def greedy_sample(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
     return SpecDecodeBaseProposer._greedy_sample(self, hidden_states)
-
-
-def _ships_heterogeneous_vocab() -> bool:
-    """Whether the installed vLLM's V1 proposer has ``use_heterogeneous_vocab`` (0.32.0, 0.33.0), read without
-    importing it."""
-    if importlib.util.find_spec("vllm") is None:
-        return False
-    spec = importlib.util.find_spec(_PROPOSER)
-    return spec is not None and spec.origin is not None and "use_heterogeneous_vocab" in Path(spec.origin).read_text()
 
 
 def refusing(self: Any, target_language_model: Any) -> None:
@@ -74,16 +64,11 @@ _KEEP_OWN_HEAD = {
 }
 
 
-def _ships(module: str) -> bool:
-    """Whether the installed vLLM has ``vllm.v1.spec_decode.MODULE``, found without importing it."""
-    return importlib.util.find_spec("vllm") is not None and importlib.util.find_spec(module) is not None
-
-
 PATCHES: tuple[Patch, ...] = (
-    *((Patch(_TARGET, greedy_sample),) if _ships_heterogeneous_vocab() else ()),
+    *((Patch(_TARGET, greedy_sample),) if ships(_PROPOSER, holding="use_heterogeneous_vocab") else ()),
     *(
         Patch(f"vllm.v1.spec_decode.{module}:{name}._maybe_share_lm_head", refusing)
         for module, name in _KEEP_OWN_HEAD.items()
-        if _ships(f"vllm.v1.spec_decode.{module}")
+        if ships(f"vllm.v1.spec_decode.{module}")
     ),
 )

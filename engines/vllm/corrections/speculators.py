@@ -10,11 +10,10 @@ first maximal index, a NaN the largest, so the switch no longer changes a row's 
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 
 from engines.findings import Patch
+from engines.vllm.wheel.discovery import ships
 
 _SPECULATOR = "vllm.v1.worker.gpu.spec_decode.speculator"
 
@@ -24,11 +23,5 @@ def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-def _ships_greedy_argmax() -> bool:
-    """Whether the installed vLLM has ``greedy_argmax`` (0.34.0 on), read without importing it."""
-    return importlib.util.find_spec("vllm") is not None and (
-        importlib.util.find_spec("vllm.v1.worker.gpu.sample.greedy_argmax") is not None
-    )
-
-
-PATCHES: tuple[Patch, ...] = (Patch(f"{_SPECULATOR}:greedy_argmax", greedy_argmax),) if _ships_greedy_argmax() else ()
+_GREEDY = "vllm.v1.worker.gpu.sample.greedy_argmax"  # 0.34.0 on
+PATCHES: tuple[Patch, ...] = (Patch(f"{_SPECULATOR}:greedy_argmax", greedy_argmax),) if ships(_GREEDY) else ()

