@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
 import inspect
@@ -65,6 +66,13 @@ def run_in_its_folder(path: Path, timeout: float, **env: str) -> subprocess.Comp
         timeout=timeout,
         env={**os.environ, **env},
     )
+
+
+def top_level_imports(text: str) -> set[str]:
+    """The top-level packages a script's source imports (``vllm`` for ``from vllm.x import y``)."""
+    tree = ast.parse(text)
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return imported | {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
 
 
 def process_state(pid: int) -> tuple[str, int] | None:

@@ -3,7 +3,6 @@ clean-up (on a stand-in host), the checks on recorded runs, the repro files, and
 
 from __future__ import annotations
 
-import ast
 import json
 import signal
 import subprocess
@@ -26,7 +25,7 @@ from engines.vllm.e2e.pool import EnginePool, group_of
 from engines.vllm.e2e.scenario import D2T_PLANS, HETERO, METHODS, PLANTS, SIZES, Scenario
 from properties.e2e import plugin
 from properties.strategies import planted_scenarios
-from tests.suite import ROOT, process_state, run_in_its_folder
+from tests.suite import ROOT, process_state, run_in_its_folder, top_level_imports
 from tests.test_layering import PROJECT
 
 EXACT = [
@@ -414,9 +413,7 @@ FIRST_THING = "def main() -> int:\n    why = cannot_judge()\n    if why is not N
 @pytest.mark.parametrize("reach", SCRIPTED, ids=lambda r: r.cause)
 def test_an_engine_script_needs_vllm_alone_and_asks_for_it_first(reach):
     text = (ROOT / reach.script).read_text(encoding="utf-8")
-    tree = ast.parse(text)
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported = top_level_imports(text)
     assert not imported & set(PROJECT), imported & set(PROJECT)
     assert FIRST_THING in text and 'if importlib.util.find_spec("vllm") is None:' in text
 

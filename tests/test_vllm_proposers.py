@@ -4,7 +4,6 @@ of a wheel with a proposer added is judged with no change to the project; with v
 
 from __future__ import annotations
 
-import ast
 import sys
 
 import pytest
@@ -145,12 +144,10 @@ HAND = [c for c in FINDINGS.causes if c.id in HAND_WRITTEN]
 @pytest.mark.parametrize("cause", HAND, ids=lambda c: c.id)
 def test_a_hand_written_reproduction_needs_vllm_alone_and_says_so_without_it(cause):
     """Like the generated scripts: nothing of the project imported, and where vLLM is missing one line, exit 2."""
-    from tests.suite import ROOT, run_in_its_folder
+    from tests.suite import ROOT, run_in_its_folder, top_level_imports
     from tests.test_layering import PROJECT
 
-    tree = ast.parse((ROOT / cause.script).read_text(encoding="utf-8"))
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported = top_level_imports((ROOT / cause.script).read_text(encoding="utf-8"))
     assert imported <= {"importlib", "sys", "types", "torch", "vllm"} and not imported & set(PROJECT), imported
     without = str(ROOT / "tests" / "fixtures" / "without_engines")
     done = run_in_its_folder(ROOT / cause.script, 300, PYTHONPATH=without, WITHOUT="vllm")

@@ -234,17 +234,13 @@ def scripts() -> list[Script]:
     without a cause."""
     every = every_script()
     by_cause = {script.cause: script for script in every}
-    ids = [i for i in cause_ids() if i not in HAND_WRITTEN]
+    every_cause = (c.id for release in vllm_releases() for c in findings(release, "vllm").causes)
+    ids = [i for i in dict.fromkeys(every_cause) if i not in HAND_WRITTEN]
     missing, unknown = [i for i in ids if i not in by_cause], sorted(set(by_cause) - set(ids))
     if missing or unknown or len(by_cause) != len(every):
         where = "script_catalog.SCRIPTS and the releases' [[vllm.scripts]]"
         raise ValueError(f"{where}: no script for {missing}, no cause for {unknown}")
     return [by_cause[i] for i in ids]
-
-
-def cause_ids() -> list[str]:
-    """Every release's causes' ids, each once, in the causes' order."""
-    return list(dict.fromkeys(c.id for release in vllm_releases() for c in findings(release, "vllm").causes))
 
 
 def write(out_dir: str | Path | None = None, root: Path = ROOT) -> list[Path]:
