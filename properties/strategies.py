@@ -10,7 +10,7 @@ cases are pinned with ``@example`` through :func:`with_edge_cases`.
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import cache, lru_cache
+from functools import lru_cache
 
 from hypothesis import example
 from hypothesis import strategies as st
@@ -32,14 +32,14 @@ _SIZE, _QUARTER, _SEED = st.integers(0, 99), st.integers(0, 3), st.integers(0, 2
 _VOCABS = (st.integers(1, 130), st.integers(131, 4096), st.integers(4097, 40000), st.sampled_from(REAL_VOCABS))
 _FEW_ADDED, _MANY_ADDED = st.integers(1, 16), st.integers(17, 300)
 _PADDING_SIZE = st.sampled_from(PADDING_SIZES)
-_SOFT_CAP = st.none() | st.sampled_from((1.0, 4.0, 30.0, 50.0))
+_SOFT_CAP = st.sampled_from((None, None, None, None, 1.0, 4.0, 30.0, 50.0))  # none half the time, one choice
 _SATURATING_CAP = st.sampled_from((1.0, 2.0, 4.0, 8.0))
 _SCALE = st.sampled_from((1.0, 0.5, 0.125, 3.0))
 _D2T, _DTYPE, _PADDING = st.sampled_from(D2T_PLANS), st.sampled_from(tuple(DTYPES)), st.sampled_from(PADDING_PLANS)
 _WEIGHTS, _BOOL = st.sampled_from(("int", "normal")), st.booleans()
 
 
-@cache  # few arguments: sizes up to 64 and paddings
+@lru_cache(maxsize=4096)  # sizes, paddings, and three times a vocabulary
 def _ints(low: int, high: int) -> st.SearchStrategy[int]:
     return st.integers(low, high)
 
@@ -50,10 +50,19 @@ def _tps(base: int, added_rows: int) -> st.SearchStrategy[int]:
     return st.sampled_from([t for t in range(1, MAX_TP + 1) if base % t == 0 and added_rows % t == 0])
 
 
+_FOUR_PLANS = st.integers(0, 255)  # two bits a plan; Hypothesis draws 8 bits uniformly, wider integers small-biased
+
+
 def _plans(draw: st.DrawFn, names: tuple[str, ...], likely: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Each plan on with probability 1/4, those in ``likely`` 1/2: one choice per plan, so every case has as many
-    choices."""
-    return tuple(name for name in names if draw(_QUARTER) >= (2 if name in likely else 3))
+    """Each plan on with probability 1/4, those in ``likely`` 1/2, from two bits of one choice per four plans (a
+    choice per plan was two fifths of a case's choices, and a choice costs Hypothesis more than a plan does); the
+    first plan in the lowest bits, so a failure shrinks to the fewest and first plans it needs.  Every case makes
+    as many choices."""
+    on = []
+    for first in range(0, len(names), 4):
+        bits = draw(_FOUR_PLANS)
+        on += [name for i, name in enumerate(names[first : first + 4]) if (bits >> 2 * i) & 3 >= (3 - (name in likely))]
+    return tuple(on)
 
 
 @st.composite
@@ -73,20 +82,24 @@ def cases(draw: st.DrawFn, *, int_weights: bool = False, spread: bool = False) -
         vocab, max_batch, max_hidden = draw(_VOCABS[2]), 8, 8
     else:
         vocab, max_batch, max_hidden = draw(_VOCABS[3]), 2, 4
-    added = (0, 0, draw(_FEW_ADDED), draw(_MANY_ADDED))[draw(_QUARTER)]
+    # none (half the time), few or many added ids, then as many cut off the logits vocabulary: a size is drawn
+    # whatever the kind, one choice (not one per kind), so that every case makes as many choices
+    added_kind = draw(_QUARTER)
+    added_size = draw(_MANY_ADDED if added_kind == 3 else _FEW_ADDED)
+    added = added_size if added_kind >= 2 else 0
     padding_size = draw(_PADDING_SIZE)
     full = vocab + added
-    cut = (0, 0, draw(_ints(1, padding_size)), draw(_ints(padding_size + 1, 3 * padding_size)))
-    logits_vocab = max(1, full - cut[draw(_QUARTER)])
+    cut_kind = draw(_QUARTER)
+    cut = draw(_ints(padding_size + 1, 3 * padding_size) if cut_kind == 3 else _ints(1, padding_size))
+    logits_vocab = max(1, full - cut) if cut_kind >= 2 else full
     base, total = padded_sizes(vocab, added, padding_size)
     tp = draw(_tps(base, total - base))
     ties = _plans(draw, TIE_PLANS, likely=ADDED_PLANS if added else ())  # they need added ids: rare meetings
     specials = _plans(draw, SPECIAL_PLANS)
-    soft_cap = draw(_SOFT_CAP)
-    saturating_cap = draw(_SATURATING_CAP)
+    soft_cap = draw(_SATURATING_CAP if "softcap_saturation" in ties else _SOFT_CAP)
     scale = draw(_SCALE)
     d2t = draw(_D2T)
-    target_extra = draw(st.integers(0, 3 * vocab))
+    target_extra = draw(_ints(0, 3 * vocab))
     return Case(
         batch=draw(_ints(1, max_batch)),
         hidden=draw(_ints(SPREAD_HIDDEN, max(SPREAD_HIDDEN, max_hidden)) if spread else _ints(3, max_hidden)),
@@ -100,7 +113,7 @@ def cases(draw: st.DrawFn, *, int_weights: bool = False, spread: bool = False) -
         weights="int" if int_weights else draw(_WEIGHTS),
         bias=draw(_BOOL) or bool(specials),
         scale=0.5 if "signed_zero" in specials else scale,
-        soft_cap=saturating_cap if "softcap_saturation" in ties else soft_cap,
+        soft_cap=soft_cap,
         ties=ties,
         specials=specials,
         padding=draw(_PADDING),
@@ -167,6 +180,18 @@ EDGE_CASES = (
     ),
     # vLLM's docstring head: every added id on rank 0, tied with a smaller base id on rank 1
     Case(batch=4, hidden=5, vocab=1010, tp=2, added=16, ties=("added_tie",), seed=9),
+    # the same tie at +inf: a shortcut for an infinite maximum that takes the lowest rank takes the larger id
+    Case(
+        batch=4,
+        hidden=5,
+        vocab=1010,
+        tp=2,
+        added=16,
+        bias=True,
+        ties=("added_tie",),
+        specials=("inf_at_ties",),
+        seed=12,
+    ),
     Case(
         batch=4, hidden=5, vocab=500, tp=3, added=100, padding_size=96, ties=("added_max",), padding="copy_max", seed=10
     ),

@@ -74,6 +74,21 @@ SAMPLING_EDGES = (
         ),
         SamplePlan("every", "at_tie", "extreme", 64, 5),
     ),
+    # greedy rows beside sampled ones where an added id ties a base id of a later rank, p exactly a share of tied
+    # masses, and mixed temperatures under mixed top-p (a nucleus taken at the wrong temperature): each a rare
+    # meeting in a sampler property's few drawn examples
+    (
+        Case(batch=16, hidden=6, vocab=300, tp=4, added=16, ties=("added_tie",), seed=26, spread=True),
+        SamplePlan("mixed", "off", "off", 4, 6),
+    ),
+    (
+        Case(batch=16, hidden=6, vocab=240, tp=4, ties=("within_shard",), seed=30, spread=True),
+        SamplePlan("one", "off", "exact", 1, 30),
+    ),
+    (
+        Case(batch=16, hidden=6, vocab=300, tp=2, weights="normal", seed=40, spread=True),
+        SamplePlan("mixed", "off", "mixed", 8, 40),
+    ),
 )
 
 

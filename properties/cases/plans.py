@@ -65,14 +65,19 @@ class SamplePlan:
 @st.composite
 def sample_plans(draw: st.DrawFn, *, masks: bool = True) -> SamplePlan:
     """Any plan; ``masks=False`` (an implementation that samples without top-k or top-p) leaves both off."""
-    top_k, top_p = draw(st.sampled_from(TOP_KS)), draw(st.sampled_from(TOP_PS))
+    top_k, top_p = draw(_TOP_K), draw(_TOP_P)
     return SamplePlan(
-        temperature=draw(st.sampled_from(TEMPERATURES)),
+        temperature=draw(_TEMPERATURE),
         top_k=top_k if masks else "off",
         top_p=top_p if masks else "off",
-        candidates=draw(st.sampled_from(CANDIDATES)),
-        seed=draw(st.integers(0, 2**32 - 1)),
+        candidates=draw(_CANDIDATES),
+        seed=draw(_SEED),
     )
+
+
+# built once, not per draw
+_TOP_K, _TOP_P, _TEMPERATURE = st.sampled_from(TOP_KS), st.sampled_from(TOP_PS), st.sampled_from(TEMPERATURES)
+_CANDIDATES, _SEED = st.sampled_from(CANDIDATES), st.integers(0, 2**32 - 1)
 
 
 def plan_from_fields(given: object) -> SamplePlan:

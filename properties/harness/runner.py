@@ -54,7 +54,8 @@ def prepare(case: Case, backend: str = "sim") -> Inputs:
         case = replace(case, **run.pinned, tp=tp)
     if run.heads == "base" and case.logits_vocabulary > case.vocab:
         case = replace(case, logits_vocab=case.vocab, tp=tp)
-    case = replace(case, tp=tp)
+    if case.tp != tp:
+        case = replace(case, tp=tp)
     key = (repr(case), backend, run.device)  # repr: -0.0 and 0.0 are equal but build different heads
     if not (_last and _last[0][0] == key):
         _last[:] = [(key, replace(build(case), backend=backend).on(run.device))]
