@@ -205,7 +205,8 @@ def explain(
     if inputs.d2t is not None and got == first != int(targets[first]) and not tied:
         lines.append(f"row {row}: got token {got}")
         return f"d2t mapping skipped: returned draft id {first} instead of target {int(targets[first])}", lines
-    others = () if tokens is None else _other_wrong_rows(want, row, tokens)
+    uneven = tokens is not None and bool(inputs.layouts[0].widths)  # only a width rule asks the other rows
+    others = _other_wrong_rows(want, row, tokens) if uneven and not tied else ()
     misplaced = None if tied else _misplaced_winner(inputs, logits, first, got, targets, others)
     if misplaced is not None:
         lines.append(f"row {row}: got token {got}")

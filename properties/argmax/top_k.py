@@ -192,12 +192,11 @@ def check_top1_is_argmax(topk_impl: Impl, argmax_impl: Impl, inputs: Inputs, k: 
         tokens = run_checked(argmax_impl, inputs, TOP_K_TOP1)
         want = answer(inputs)  # its logits and tokens computed only for a row where the two differ
         for row in (ids[:, 0] != tokens).nonzero().flatten().tolist():
-            classic = want.tokens
             if is_named_divergence(inputs, want.draft_logits[row]) and int(tokens[row]) == 0:
                 continue  # the argmax implementation took the classic path's side of the divergence
             which = ""  # the top-k is off the classic path: the argmax implementation is not
-            if int(tokens[row]) != int(classic[row]):
-                right = int(ids[row, 0]) == int(classic[row])
+            if int(tokens[row]) != int(want.tokens[row]):
+                right = int(ids[row, 0]) == int(want.tokens[row])
                 which = ", whose token is not the classic path's" if right else ", and neither is the classic path's"
             fail(
                 f"top-1 differs from the argmax implementation {argmax_impl}{which}",
